@@ -1,0 +1,76 @@
+"""`bert-pipeline` command line.
+
+Each command lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``.
+Modules are imported only when their command runs, so ``bert-pipeline --help`` stays instant and a
+command never pays for another's heavy imports (torch, ray, airflow).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from bert_core.errors import BertPipelineError
+
+# name -> (module, one-line help). Order is the order shown in --help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "convert-tf-checkpoint": (
+        "bert_core.commands.convert_tf_checkpoint",
+        "convert a Google TensorFlow BERT checkpoint to a model directory (config.json + model.safetensors)",
+    ),
+    # Resolved by name at run time: the scorers live in the evaluation layer above bert_core.
+    "evaluate": (
+        "evaluation.cli",
+        "score predictions exactly as the official SQuAD v1.1/v2.0 and GLUE/XNLI evaluators do",
+    ),
+    "zoo": (
+        "bert_core.commands.zoo",
+        "list the model zoo names and where each model's files are expected",
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bert-pipeline",
+        description="BERT from raw text to a promoted, evaluated model. Run `bert-pipeline COMMAND --help` "
+        "for the flags of a command.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_module, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    top = build_parser()
+    # Parse only the global part first; the command's own parser handles the rest.
+    global_args, rest = top.parse_known_args(argv)
+    if global_args.command is None:
+        top.print_help()
+        return 0 if not argv else 2
+    module_name, help_text = COMMANDS[global_args.command]
+    logging.basicConfig(
+        level=logging.DEBUG if global_args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"bert-pipeline {global_args.command}", description=help_text)
+    module.add_arguments(parser)
+    args = parser.parse_args(rest)
+    try:
+        return int(module.run(args) or 0)
+    except (BertPipelineError, FileNotFoundError) as exc:
+        if global_args.verbose:
+            logging.exception("details")
+        print(f"bert-pipeline {global_args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

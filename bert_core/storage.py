@@ -1,0 +1,174 @@
+"""Paths and URIs: local paths, file:// and s3://bucket/prefix behind one small interface.
+
+S3 goes through boto3, which honours AWS_ENDPOINT_URL (MinIO, moto, any S3-compatible server)
+and the usual credential chain; transfers retry with backoff and large files go multipart
+(boto3's transfer manager). Credentials are never logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlparse
+
+from bert_core.errors import BertPipelineError
+
+log = logging.getLogger(__name__)
+
+
+def is_s3(uri: str | os.PathLike) -> bool:
+    return str(uri).startswith("s3://")
+
+
+def local_path(uri: str | os.PathLike) -> Path:
+    """A local path for a local path or file:// URI; an error for anything else."""
+    text = str(uri)
+    if text.startswith("file://"):
+        return Path(urlparse(text).path)
+    if "://" in text:
+        raise BertPipelineError(f"{text}: only local paths, file:// and s3:// URIs are supported")
+    return Path(text)
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise BertPipelineError(f"{uri}: expected s3://bucket/key")
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def s3_client():
+    import boto3
+    from botocore.config import Config
+
+    # "adaptive" retries back off on throttling and transient network errors.
+    return boto3.client("s3", config=Config(retries={"max_attempts": 8, "mode": "adaptive"}))
+
+
+def join(base: str, *parts: str) -> str:
+    if is_s3(base):
+        return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
+    return str(local_path(base).joinpath(*parts))
+
+
+def exists(uri: str) -> bool:
+    if not is_s3(uri):
+        return local_path(uri).exists()
+    bucket, key = split_s3(uri)
+    client = s3_client()
+    if key and not key.endswith("/"):
+        try:
+            client.head_object(Bucket=bucket, Key=key)
+            return True
+        except client.exceptions.ClientError:
+            pass
+    prefix = key.rstrip("/") + "/" if key else ""
+    resp = client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
+    return resp.get("KeyCount", 0) > 0
+
+
+def _s3_objects(uri: str) -> dict[str, str]:
+    """Relative name -> ETag of every object under an s3 prefix."""
+    bucket, key = split_s3(uri)
+    prefix = key.rstrip("/") + "/" if key else ""
+    objects = {}
+    for page in s3_client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            name = obj["Key"][len(prefix):]
+            if name and not name.endswith("/"):
+                objects[name] = obj["ETag"]
+    return objects
+
+
+def list_files(uri: str) -> list[str]:
+    """Relative paths of the files under a directory or prefix, sorted."""
+    if not is_s3(uri):
+        root = local_path(uri)
+        return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    return sorted(_s3_objects(uri))
+
+
+def download_file(uri: str, dest: Path) -> None:
+    bucket, key = split_s3(uri)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".part")
+    s3_client().download_file(bucket, key, str(tmp))
+    os.replace(tmp, dest)
+
+
+def upload_file(src: Path, uri: str) -> None:
+    bucket, key = split_s3(uri)
+    s3_client().upload_file(str(src), bucket, key)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("BERT_PIPELINE_CACHE", Path.home() / ".cache" / "bert-pipeline"))
+
+
+def local_dir(uri: str) -> Path:
+    """A local directory holding the files of `uri`: the path itself, or a cached copy of an s3 prefix.
+
+    The cache key is the URI; a cached file is fetched again when its object's ETag changed, and
+    every file is downloaded under a temporary name so a killed download never looks complete.
+    """
+    if not is_s3(uri):
+        return local_path(uri)
+    objects = _s3_objects(uri)
+    if not objects:
+        raise BertPipelineError(f"{uri}: no objects under this prefix")
+    target = cache_root() / "s3" / hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
+    etag_file = target / ".etags.json"
+    cached = json.loads(etag_file.read_text()) if etag_file.exists() else {}
+    for name, etag in sorted(objects.items()):
+        dest = target / name
+        if not dest.exists() or cached.get(name) != etag:
+            log.info("downloading %s/%s", uri.rstrip("/"), name)
+            download_file(join(uri, name), dest)
+            cached[name] = etag
+            etag_file.write_text(json.dumps(cached))
+    return target
+
+
+def upload_dir(src: Path, uri: str) -> None:
+    for name in list_files(str(src)):
+        upload_file(src / name, join(uri, name))
+
+
+@contextmanager
+def atomic_output_dir(uri: str, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a fresh local directory; on success it becomes `uri` in one step.
+
+    Local targets are renamed into place (an existing target is replaced only with overwrite);
+    s3 targets are uploaded after the body succeeds. On failure nothing is left at `uri`.
+    """
+    if is_s3(uri):
+        if exists(uri) and not overwrite:
+            raise BertPipelineError(f"{uri} already exists; pass --overwrite to replace it")
+        with tempfile.TemporaryDirectory(prefix="bert-pipeline-") as tmp:
+            yield Path(tmp)
+            upload_dir(Path(tmp), uri)
+        return
+    final = local_path(uri).absolute()
+    if final.exists() and any(final.iterdir()) and not overwrite:
+        raise BertPipelineError(f"{final} already exists and is not empty; pass --overwrite to replace it")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if final.exists():
+        trash = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, trash)
+        os.replace(tmp, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, final)

