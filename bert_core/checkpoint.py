@@ -155,10 +155,27 @@ def load_state_into(model: torch.nn.Module, state: dict[str, torch.Tensor], sour
     return report
 
 
+_ARCH_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+
+def _check_zoo_architecture(name: str, config: BertConfig, directory: Path) -> None:
+    """A zoo name must load the architecture it names, not whatever was put in its directory."""
+    entry = None if storage.is_s3(name) or storage.local_path(name).exists() else zoo.lookup(name)
+    if entry is None:
+        return
+    want = entry.config()
+    diffs = [f"{f}={getattr(config, f)} (expected {getattr(want, f)})" for f in _ARCH_FIELDS
+             if getattr(config, f) != getattr(want, f)]
+    if diffs:
+        raise CheckpointMismatchError(f"{directory} is registered as {name!r} ({entry.architecture}, "
+                                      f"{entry.dataset}) but holds another model: {', '.join(diffs)}")
+
+
 def load_pretrained(model_cls, name_or_path: str, **config_overrides: Any):
     directory = resolve_model_dir(name_or_path)
     config_file, weights = find_model_files(directory)
     config = BertConfig.from_json_file(config_file)
+    _check_zoo_architecture(str(name_or_path), config, directory)
     if config.do_lower_case is None:
         config = config.replace(do_lower_case=_casing_from_tokenizer_config(directory))
     if config_overrides:
