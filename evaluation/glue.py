@@ -18,256 +18,46 @@ gold example in gold file order, labels as strings (floats for STS-B).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from bert_core.errors import BertPipelineError
+from bert_core.tasks import glue as tasks
 
-NLI_LABELS = ("contradiction", "entailment", "neutral")
-BINARY_LABELS = ("0", "1")
-TWO_WAY_NLI_LABELS = ("entailment", "not_entailment")
+SUBMISSION_HEADER = ["index", "prediction"]
 POSITIVE_LABEL = "1"  # F1 of MRPC and QQP is the F1 of this label
 
+# Task files, labels and names are bert_core's (one reader for training and scoring); metrics are ours.
+GLUE_TASKS = tasks.GLUE_TASKS
+TASK_ALIASES = tasks.TASK_ALIASES
+DEFAULT_XNLI_LANGUAGE = tasks.DEFAULT_XNLI_LANGUAGE
+task_key = tasks.task_key
+get_task = tasks.get_task
 
-@dataclass(frozen=True)
-class TaskSpec:
-    """What scoring needs to know about one task's dev file and predictions."""
-
-    name: str
-    labels: tuple[str, ...] | None  # None: regression (STS-B), labels are floats
-    metrics: tuple[str, ...]
-    # Header name of the gold label column; None for CoLA, whose dev.tsv has no header.
-    label_column: str | None
-    # CoLA only: the label's column index and the number of columns (no header to learn them from).
-    label_index: int = 1
-    num_columns: int = 4
-    layout: str = ""  # how the gold file looks, for error messages
-
-
-GLUE_TASKS: dict[str, TaskSpec] = {
-    "cola": TaskSpec(
-        "CoLA",
-        BINARY_LABELS,
-        ("mcc",),
-        None,
-        layout="no header; 4 columns: source, label, original label, sentence",
-    ),
-    "sst-2": TaskSpec("SST-2", BINARY_LABELS, ("accuracy",), "label", layout="header 'sentence<TAB>label'"),
-    "mrpc": TaskSpec(
-        "MRPC",
-        BINARY_LABELS,
-        ("accuracy", "f1"),
-        "Quality",
-        layout="header 'Quality<TAB>#1 ID<TAB>#2 ID<TAB>#1 String<TAB>#2 String'",
-    ),
-    "sts-b": TaskSpec(
-        "STS-B",
-        None,
-        ("pearson", "spearman"),
-        "score",
-        layout="10-column header ending in 'score' (index, genre, ..., sentence1, sentence2, score)",
-    ),
-    "qqp": TaskSpec(
-        "QQP",
-        BINARY_LABELS,
-        ("accuracy", "f1"),
-        "is_duplicate",
-        layout="header 'id<TAB>qid1<TAB>qid2<TAB>question1<TAB>question2<TAB>is_duplicate'",
-    ),
-    "mnli": TaskSpec(
-        "MNLI",
-        NLI_LABELS,
-        ("accuracy",),
-        "gold_label",
-        layout="dev_matched.tsv: 16-column header ending in 'gold_label'",
-    ),
-    "mnli-mm": TaskSpec(
-        "MNLI-mm",
-        NLI_LABELS,
-        ("accuracy",),
-        "gold_label",
-        layout="dev_mismatched.tsv: 16-column header ending in 'gold_label'",
-    ),
-    "qnli": TaskSpec(
-        "QNLI",
-        TWO_WAY_NLI_LABELS,
-        ("accuracy",),
-        "label",
-        layout="header 'index<TAB>question<TAB>sentence<TAB>label'",
-    ),
-    "rte": TaskSpec(
-        "RTE",
-        TWO_WAY_NLI_LABELS,
-        ("accuracy",),
-        "label",
-        layout="header 'index<TAB>sentence1<TAB>sentence2<TAB>label'",
-    ),
-    "wnli": TaskSpec(
-        "WNLI",
-        BINARY_LABELS,
-        ("accuracy",),
-        "label",
-        layout="header 'index<TAB>sentence1<TAB>sentence2<TAB>label'",
-    ),
-    "ax": TaskSpec(
-        "AX",
-        NLI_LABELS,
-        ("mcc",),
-        "Label",
-        layout="diagnostic-full.tsv: header ending in 'Premise<TAB>Hypothesis<TAB>Label'",
-    ),
-    # The label column depends on the layout; see _xnli_label_column.
-    "xnli": TaskSpec(
-        "XNLI",
-        NLI_LABELS,
-        ("accuracy",),
-        "label",
-        layout="original XNLI header with 'language' and 'gold_label', or 'text_a<TAB>text_b<TAB>label'",
-    ),
+TASK_METRICS: dict[str, tuple[str, ...]] = {
+    "cola": ("mcc",), "sst-2": ("accuracy",), "mrpc": ("accuracy", "f1"), "sts-b": ("pearson", "spearman"),
+    "qqp": ("accuracy", "f1"), "mnli": ("accuracy",), "mnli-mm": ("accuracy",), "qnli": ("accuracy",),
+    "rte": ("accuracy",), "wnli": ("accuracy",), "ax": ("mcc",), "xnli": ("accuracy",),
 }
-
-TASK_ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli-m": "mnli"}
-
-# Google's XnliProcessor maps the XNLI-MT training label "contradictory" to "contradiction".
-LABEL_ALIASES = {"xnli": {"contradictory": "contradiction"}}
-
-DEFAULT_XNLI_LANGUAGE = "zh"
-SUBMISSION_HEADER = ["index", "prediction"]
-
-
-def task_key(task: str) -> str:
-    """Canonical GLUE_TASKS key for a case-insensitive task name or alias."""
-    key = task.strip().lower()
-    key = TASK_ALIASES.get(key, key)
-    if key not in GLUE_TASKS:
-        valid = sorted(GLUE_TASKS) + sorted(TASK_ALIASES)
-        raise BertPipelineError(f"unknown GLUE task {task!r}; valid tasks: {', '.join(valid)}")
-    return key
-
-
-def get_task(task: str) -> TaskSpec:
-    return GLUE_TASKS[task_key(task)]
-
-
-# ---------------------------------------------------------------------------------------------
-# TSV reading
-# ---------------------------------------------------------------------------------------------
-
-
-def _iter_tsv(path: str | Path, what: str) -> Iterator[tuple[int, list[str]]]:
-    """(line number, fields) for every non-blank line, split on tabs only (QUOTE_NONE semantics)."""
-    try:
-        # Binary iteration splits on b"\n" only: a stray "\r" inside a field stays in that field.
-        with open(path, "rb") as f:
-            for lineno, raw in enumerate(f, start=1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise BertPipelineError(f"{what} {path}, line {lineno}: not UTF-8 ({exc})") from exc
-                if lineno == 1:
-                    line = line.removeprefix("\ufeff")  # MRPC's dev.tsv starts with a BOM
-                line = line.removesuffix("\n").removesuffix("\r")
-                if not line.strip():
-                    continue
-                yield lineno, line.split("\t")
-    except FileNotFoundError as exc:
-        raise BertPipelineError(f"{what} not found: {path}") from exc
-    except IsADirectoryError as exc:
-        raise BertPipelineError(f"{what} {path} is a directory, expected a TSV file") from exc
-    except PermissionError as exc:
-        raise BertPipelineError(f"cannot read {what} {path}: {exc}") from exc
-
-
-def _header_index(header: list[str], column: str, spec: TaskSpec, path: str | Path, lineno: int) -> int:
-    if column not in header:
-        raise BertPipelineError(
-            f"gold file {path}, line {lineno}: no {column!r} column in the header {header!r}; "
-            f"expected the GLUE {spec.name} dev layout ({spec.layout})"
-        )
-    return header.index(column)
-
-
-def _gold_value(spec: TaskSpec, key: str, value: str, where: str, column: str) -> str | float:
-    if spec.labels is None:
-        try:
-            score = float(value)
-        except ValueError:
-            score = math.nan
-        if not math.isfinite(score):
-            raise BertPipelineError(f"{where}: {column} {value!r} is not a number")
-        return score
-    value = LABEL_ALIASES.get(key, {}).get(value, value)
-    if value not in spec.labels:
-        raise BertPipelineError(
-            f"{where}: {column} {value!r} is not a {spec.name} label; expected one of {', '.join(spec.labels)}"
-        )
-    return value
 
 
 def read_gold_labels(task: str, path: str | Path, language: str | None = None) -> list[str | float]:
-    """Gold labels of a GLUE dev TSV in file order (floats for STS-B).
-
-    `language` selects the rows of the original multi-language XNLI file (default ``zh``); it is
-    not used by the single-language Baidu/ERNIE layout and is an error for other tasks.
-    """
-    key = task_key(task)
-    spec = GLUE_TASKS[key]
-    if language is not None and key != "xnli":
-        raise BertPipelineError(f"a language applies to XNLI only, not {spec.name}")
-    rows = _iter_tsv(path, "gold file")
-    labels: list[str | float] = []
-    if spec.label_column is None:  # CoLA: no header
-        for lineno, fields in rows:
-            where = f"gold file {path}, line {lineno}"
-            if len(fields) < spec.num_columns:
-                raise BertPipelineError(
-                    f"{where}: {len(fields)} tab-separated column(s), expected {spec.num_columns} "
-                    f"({spec.layout})"
-                )
-            labels.append(_gold_value(spec, key, fields[spec.label_index], where, "label"))
-        return labels
-
-    first = next(rows, None)
-    if first is None:
-        raise BertPipelineError(f"gold file {path} is empty; expected the GLUE {spec.name} dev layout")
-    header_line, header = first
-    language_index = None
-    column = spec.label_column
-    if key == "xnli" and "language" in header:  # original XNLI: all languages in one file
-        column = "gold_label"
-        language_index = header.index("language")
-        language = language or DEFAULT_XNLI_LANGUAGE
-    index = _header_index(header, column, spec, path, header_line)
-    # Label in the last column: take the last field, so a stray tab in a sentence does not shift it.
-    last = index == len(header) - 1
-    languages_seen: set[str] = set()
-    for lineno, fields in rows:
-        where = f"gold file {path}, line {lineno}"
-        if len(fields) < len(header):
-            raise BertPipelineError(
-                f"{where}: {len(fields)} tab-separated column(s), expected {len(header)} as in the header"
-            )
-        if language_index is not None:
-            languages_seen.add(fields[language_index])
-            if fields[language_index] != language:
-                continue
-        labels.append(_gold_value(spec, key, fields[-1] if last else fields[index], where, column))
-    if language_index is not None and not labels:
-        raise BertPipelineError(
-            f"gold file {path}: no rows with language {language!r}; languages present: "
-            f"{', '.join(sorted(languages_seen)) or 'none'}"
-        )
-    return labels
+    """Gold labels of a GLUE dev TSV in file order (floats for STS-B); an error for a file without labels."""
+    examples = tasks.read_examples(task, path, language=language, what="gold file")
+    if examples and examples[0].label is None:
+        spec = get_task(task)
+        raise BertPipelineError(f"gold file {path} has no {spec.label_column!r} column: a test file has no "
+                                f"gold labels (expected the GLUE {spec.name} dev layout: {spec.layout})")
+    return [ex.label for ex in examples]
 
 
 def read_predictions(path: str | Path, task: str) -> list[str | float]:
     """Predictions from a GLUE submission TSV (`index<TAB>prediction`), validated against the task."""
     key = task_key(task)
     spec = GLUE_TASKS[key]
-    rows = _iter_tsv(path, "prediction file")
+    rows = tasks.iter_tsv(path, "prediction file")
     first = next(rows, None)
     if first is None or [f.strip() for f in first[1]] != SUBMISSION_HEADER:
         got = "nothing" if first is None else repr("\t".join(first[1]))
@@ -287,7 +77,7 @@ def read_predictions(path: str | Path, task: str) -> list[str | float]:
                 f"{where}: index {index!r}, expected {len(preds)} (one row per gold example, in gold file "
                 "order, indexed from 0)"
             )
-        preds.append(_gold_value(spec, key, value, where, "prediction"))
+        preds.append(tasks.parse_label(spec, key, value, where, "prediction"))
     return preds
 
 
@@ -377,7 +167,7 @@ def glue_metrics(task: str, golds: Sequence, preds: Sequence) -> dict[str, float
         "pearson": pearson,
         "spearman": spearman,
     }
-    return {name: float(compute[name](golds, preds)) for name in spec.metrics}
+    return {name: float(compute[name](golds, preds)) for name in TASK_METRICS[task_key(task)]}
 
 
 def evaluate_glue_files(
