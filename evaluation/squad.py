@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from bert_core.errors import BertPipelineError
+from bert_core.tasks.squad import V1, V2, detect_version, normalize_version
 
 logger = logging.getLogger(__name__)
 
-V1 = "1.1"
-V2 = "2.0"
 MAX_IDS_SHOWN = 5
 
 # Official regex and punctuation set; compiled once (the official scripts recompile per call, same result).
@@ -425,33 +424,6 @@ def evaluate_squad_v2(
 # ---------------------------------------------------------------------------------------------
 # Files, version detection and output
 # ---------------------------------------------------------------------------------------------
-
-
-def normalize_version(version: str) -> str:
-    """'1.1', 'v1.1' (also 1.0, scored by the v1.1 script) -> '1.1'; '2.0', 'v2.0', '2' -> '2.0'."""
-    v = str(version).strip().lower().removeprefix("v")
-    if v in ("1", "1.0", "1.1"):
-        return V1
-    if v in ("2", "2.0"):
-        return V2
-    raise BertPipelineError(f"unknown SQuAD version {version!r}: expected 1.1 or 2.0")
-
-
-def detect_version(data: Mapping[str, Any], source: str = "dataset") -> str:
-    """The version field when present, else v2.0 when any question has `is_impossible`."""
-    if "version" in data:
-        try:
-            return normalize_version(data["version"])
-        except BertPipelineError as exc:
-            raise BertPipelineError(
-                f"{source}: its 'version' field is {data['version']!r}, expected 1.1 or 2.0 "
-                "(force one with --version)"
-            ) from exc
-    for article in data["data"]:
-        for p in article["paragraphs"]:
-            if any("is_impossible" in qa for qa in p["qas"]):
-                return V2
-    return V1
 
 
 def _load_json(path: str | Path, what: str) -> Any:
