@@ -1,4 +1,4 @@
-"""`bert-pipeline evaluate {squad,glue,xnli}`: official-equivalent scoring from the command line.
+"""`bert-pipeline evaluate {squad,glue,xnli,ner}`: official-equivalent scoring from the command line.
 
 `squad` prints exactly what the official evaluate-v1.1.py / evaluate-v2.0.py prints; `glue` and
 `xnli` print the metrics as indented JSON. `--output FILE` also writes that JSON, atomically.
@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from bert_core.errors import BertPipelineError
-from evaluation import glue, squad
+from evaluation import glue, ner, squad
 
 GLUE_TASK_NAMES = ", ".join(sorted(glue.GLUE_TASKS) + sorted(glue.TASK_ALIASES))
 
@@ -98,6 +98,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _add_output(p)
 
+    p = sub.add_parser(
+        "ner",
+        help="entity-level precision/recall/F1 of CoNLL-format NER predictions (conlleval semantics)",
+        description="Score a predicted CoNLL file against the gold one: same tokens in the same order, the "
+        "tag in the last column of each line; IOB1, IOB2, IOE and IOBES tags are all understood.",
+    )
+    p.add_argument("gold_conll", metavar="GOLD_CONLL", help="gold CoNLL-2003 style file (token ... tag)")
+    p.add_argument("predictions", metavar="PREDICTIONS", help="CoNLL file with the predicted tag last")
+    _add_output(p)
+
 
 def write_atomic(path: str | Path, text: str) -> None:
     """Write to a temporary file next to `path`, then rename: a killed run leaves no partial file."""
@@ -134,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
         text = _run_squad(args)
     elif args.benchmark == "glue":
         text = _json(glue.evaluate_glue_files(args.task, args.gold_tsv, args.predictions))
+    elif args.benchmark == "ner":
+        text = _json(ner.evaluate_ner_files(args.gold_conll, args.predictions))
     else:
         text = _json(
             glue.evaluate_glue_files("xnli", args.gold_tsv, args.predictions, language=args.language)
