@@ -20,11 +20,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "bert_core.commands.convert_tf_checkpoint",
         "convert a Google TensorFlow BERT checkpoint to a model directory (config.json + model.safetensors)",
     ),
+    "embed": ("bert_core.commands.embed", "token and sentence vectors from a BERT model (BertEmbedding)"),
     # Resolved by name at run time: the scorers live in the evaluation layer above bert_core.
     "evaluate": (
         "evaluation.cli",
         "score predictions exactly as the official SQuAD v1.1/v2.0 and GLUE/XNLI evaluators do",
     ),
+    "export": ("bert_core.commands.export", "export a task model to static-shape ONNX or torch.export (.pt2)"),
+    "predict": ("bert_core.commands.predict", "run an exported model on GLUE-style TSV or SQuAD JSON input"),
     "zoo": (
         "bert_core.commands.zoo",
         "list the model zoo names and where each model's files are expected",

@@ -261,8 +261,9 @@ class BertModel(BertPreTrainedModel):
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
-        # Export to static graphs turns this off: the packed path has data-dependent shapes.
-        self.skip_padding = True
+        # Export to static graphs (ONNX, torch.export) sets this: no packing (its shapes depend on the
+        # data) and no value checks, only the dense path with the mask; outputs then equal HF's everywhere.
+        self.static_graph = False
         self.init_weights()
 
     def _check_inputs(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor | None) -> None:
@@ -278,6 +279,8 @@ class BertModel(BertPreTrainedModel):
                 raise BertPipelineError(f"{name} shape {tuple(t.shape)} != input_ids shape {tuple(input_ids.shape)}")
         if input_ids.numel() == 0:
             raise BertPipelineError("input_ids is empty")
+        if self.static_graph:
+            return
         # An out-of-range id is a CUDA device assert or an opaque IndexError otherwise.
         lo, hi = int(input_ids.min()), int(input_ids.max())
         if lo < 0 or hi >= cfg.vocab_size:
@@ -290,11 +293,12 @@ class BertModel(BertPreTrainedModel):
 
     def _layout(self, input_ids: Tensor, attention_mask: Tensor | None) -> _Layout:
         batch, seq = input_ids.shape
+        if self.static_graph:
+            key_mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+            return _Layout(batch, seq, None, key_mask)
         if attention_mask is None or bool(attention_mask.bool().all()):
             return _Layout(batch, seq, None, None)
         key_mask = attention_mask.bool()[:, None, None, :]
-        if not self.skip_padding:
-            return _Layout(batch, seq, None, key_mask)
         indices = attention_mask.reshape(-1).nonzero().squeeze(1)
         return _Layout(batch, seq, indices, key_mask)
 

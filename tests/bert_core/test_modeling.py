@@ -73,23 +73,23 @@ SMALL = BertConfig(vocab_size=211, hidden_size=64, num_hidden_layers=3, num_atte
                    intermediate_size=96, max_position_embeddings=64, num_labels=3)
 
 
-@pytest.mark.parametrize("skip_padding", [True, False])
-def test_bert_base_shape_random_weights_match_reference(skip_padding):
+@pytest.mark.parametrize("static_graph", [False, True])
+def test_bert_base_shape_random_weights_match_reference(static_graph):
     cfg = BertConfig()  # BERT-base: 12 layers, hidden 768
     ours, hf = pair("BertModel", cfg)
-    ours.skip_padding = skip_padding
+    ours.static_graph = static_graph
     ids, types, mask = mixed_batch(cfg, [48, 37, 9, 24], seq=48)
     with torch.no_grad():
         out = ours(ids, types, mask, output_all_encoded_layers=True)
         ref = hf(input_ids=ids, token_type_ids=types, attention_mask=mask, output_hidden_states=True)
     # With the packed path, padded positions are zeros by design; real tokens must match exactly.
-    where = mask if skip_padding else None
+    where = None if static_graph else mask
     assert_close_where(out.sequence_output, ref.last_hidden_state, where)
     assert_close_where(out.pooled_output, ref.pooler_output)
     assert len(out.all_encoder_layers) == cfg.num_hidden_layers
     for mine, theirs in zip(out.all_encoder_layers, ref.hidden_states[1:]):
         assert_close_where(mine, theirs, where)
-    if skip_padding:
+    if not static_graph:
         assert out.sequence_output[~mask.bool()].abs().max() == 0
 
 
@@ -134,13 +134,13 @@ LOGIT_FIELDS = {
 }
 
 
-@pytest.mark.parametrize("skip_padding", [True, False])
+@pytest.mark.parametrize("static_graph", [False, True])
 @pytest.mark.parametrize("cls_name", [n for n in HEADS if n != "BertModel"])
-def test_every_head_logits_and_loss_match_reference(cls_name, skip_padding):
+def test_every_head_logits_and_loss_match_reference(cls_name, static_graph):
     # HF sizes qa_outputs by num_labels; a QA head always has exactly two outputs (start, end).
     cfg = SMALL.replace(num_labels=2) if cls_name == "BertForQuestionAnswering" else SMALL
     ours, hf = pair(cls_name, cfg)
-    ours.bert.skip_padding = skip_padding
+    ours.bert.static_graph = static_graph
     ids, types, mask = mixed_batch(cfg, [20, 13, 7], seq=20)
     kwargs = _head_inputs(cls_name, cfg, ids, mask)
     with torch.no_grad():
@@ -152,10 +152,10 @@ def test_every_head_logits_and_loss_match_reference(cls_name, skip_padding):
         ours_t, ref_t = getattr(out, field), getattr(ref, field)
         assert ours_t.shape == ref_t.shape
         per_token = token_level and field != "seq_relationship_logits"
-        assert_close_where(ours_t, ref_t, mask if per_token and skip_padding else None)
+        assert_close_where(ours_t, ref_t, mask if per_token and not static_graph else None)
     # QA's loss is a softmax over every position, padding included (as in HF and Google's run_squad):
     # it equals HF's only when padded positions are computed too.
-    if cls_name != "BertForQuestionAnswering" or not skip_padding:
+    if cls_name != "BertForQuestionAnswering" or static_graph:
         assert abs(out.loss.item() - ref.loss.item()) <= TOL
 
 

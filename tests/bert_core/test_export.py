@@ -1,0 +1,158 @@
+"""Export: exported graphs equal the PyTorch model; predictions through ONNX Runtime equal PyTorch's."""
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bert_core.cli import main
+from bert_core.errors import BertPipelineError
+from bert_core.export import ExportConfig, ExportedModel, export
+from bert_core.modeling import BertForQuestionAnswering, BertForSequenceClassification
+from bert_core.tasks import features as feats
+from bert_core.tasks.squad import make_features, postprocess, read_squad
+from bert_core.tokenization import BertTokenizer
+
+pytestmark = pytest.mark.slow
+
+
+def _inputs(vocab, batch=4, seq=32):
+    ids = torch.randint(1000, vocab, (batch, seq))
+    mask = torch.ones_like(ids)
+    mask[1, seq // 2:] = 0
+    mask[-1, 5:] = 0
+    types = torch.zeros_like(ids)
+    types[:, 10:] = 1
+    return ids, types, mask
+
+
+@pytest.mark.parametrize("task", ["classification", "regression", "question_answering"])
+def test_onnx_export_equals_pytorch(task, minilm_dir, tmp_path):
+    cls = BertForQuestionAnswering if task == "question_answering" else BertForSequenceClassification
+    overrides = {} if task == "question_answering" else {"num_labels": 1 if task == "regression" else 3}
+    model = cls.from_pretrained(str(minilm_dir), **overrides)
+    model.save_pretrained(str(tmp_path / "model"))  # fixes the (new) head's weights for both sides
+    out = tmp_path / "export"
+    result = export(ExportConfig(task=task, output=str(out), model=str(tmp_path / "model"), seq_length=32,
+                                 dynamic_batch=True))
+    assert result["metrics"]["max_abs_diff"] < 1e-4
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "export.json", "manifest.json", "model.onnx",
+                                                      "vocab.txt"]
+    ids, types, mask = _inputs(model.config.vocab_size)
+    got = ExportedModel(out).run(ids.numpy(), types.numpy(), mask.numpy())
+    with torch.no_grad():
+        ref = model.eval()(ids, types, mask)
+    if task == "question_answering":
+        valid = mask.bool().numpy()
+        for mine, theirs in zip(got, (ref.start_logits, ref.end_logits)):
+            assert np.abs(mine[valid] - theirs.numpy()[valid]).max() < 1e-4
+    else:
+        assert got[0].shape == tuple(ref.logits.shape)
+        assert np.abs(got[0] - ref.logits.numpy()).max() < 1e-4
+    meta = json.loads((out / "export.json").read_text())
+    assert meta["batch_size"] == "dynamic" and meta["seq_length"] == 32
+    assert meta["labels"] == (["0", "1", "2"] if task == "classification" else None)
+
+
+def _trained_classifier(minilm_dir, tmp_path):
+    """A MiniLM encoder with a classifier head trained (head only) on a toy sentiment task."""
+    pos, neg = ["wonderful", "great", "lovely", "superb", "delightful"], ["awful", "terrible", "dreadful", "bad", "poor"]
+    nouns = ["film", "meal", "concert", "hotel", "book", "game", "trip", "show"]
+    rng = random.Random(0)
+
+    def rows(n):
+        out = []
+        for _ in range(n):
+            label = rng.randint(0, 1)
+            out.append((f"the {rng.choice(nouns)} was {rng.choice(pos if label else neg)} .", str(label)))
+        return out
+
+    model = BertForSequenceClassification.from_pretrained(str(minilm_dir), num_labels=2)
+    tok = BertTokenizer.from_model_dir(minilm_dir)
+    train = rows(64)
+    enc = feats.pad([e.ids for e in tok.encode_batch([t for t, _ in train])],
+                    [e.segment_ids for e in tok.encode_batch([t for t, _ in train])], 16)
+    labels = torch.tensor([int(y) for _, y in train])
+    opt = torch.optim.Adam(model.classifier.parameters(), lr=5e-2)
+    model.eval()  # no dropout: the head learns a fixed function of frozen features
+    for _ in range(60):
+        out = model(torch.from_numpy(enc["input_ids"]), torch.from_numpy(enc["token_type_ids"]),
+                    torch.from_numpy(enc["attention_mask"]), labels=labels)
+        opt.zero_grad()
+        out.loss.backward()
+        opt.step()
+    model.save_pretrained(str(tmp_path / "clf"))
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows(40)))
+    return tmp_path / "clf", dev
+
+
+def test_predict_glue_with_fp32_and_int8(minilm_dir, tmp_path):
+    model_dir, dev = _trained_classifier(minilm_dir, tmp_path)
+    assert main(["export", "--task", "classification", "--model", str(model_dir), "--seq-length", "16",
+                 "--batch-size", "8", "--quantize", "int8", "--output", str(tmp_path / "exp")]) == 0
+    assert main(["predict", "--export", str(tmp_path / "exp"), str(dev), "--task", "SST-2",
+                 "--output", str(tmp_path / "fp32.tsv")]) == 0
+    assert main(["predict", "--export", str(tmp_path / "exp"), str(dev), "--task", "SST-2", "--quantized",
+                 "--output", str(tmp_path / "int8.tsv")]) == 0
+    from evaluation.glue import evaluate_glue_files
+
+    fp32 = evaluate_glue_files("sst-2", dev, tmp_path / "fp32.tsv")["accuracy"]
+    int8 = evaluate_glue_files("sst-2", dev, tmp_path / "int8.tsv")["accuracy"]
+    # PyTorch's own predictions equal the fp32 export's.
+    model = BertForSequenceClassification.from_pretrained(str(model_dir))
+    from bert_core.tasks.glue import read_examples
+
+    arrays = feats.encode_examples(BertTokenizer.from_model_dir(model_dir), read_examples("sst-2", dev), 16)
+    with torch.no_grad():
+        logits = model(*(torch.from_numpy(arrays[k]) for k in ("input_ids", "token_type_ids", "attention_mask"))).logits
+    torch_preds = [str(i) for i in logits.argmax(-1).tolist()]
+    exported = [line.split("\t")[1] for line in (tmp_path / "fp32.tsv").read_text().splitlines()[1:]]
+    assert exported == torch_preds
+    assert fp32 >= 0.9, "the toy head should have learned the task"
+    assert abs(fp32 - int8) <= 0.05  # stated tolerance for INT8 dynamic quantisation
+
+
+def test_squad_predictions_from_export_equal_pytorch(minilm_dir, tmp_path):
+    data = Path(__file__).parents[1] / "fixtures" / "squad" / "data-v2.0.json"
+    qa = BertForQuestionAnswering.from_pretrained(str(minilm_dir)).eval()
+    qa.save_pretrained(str(tmp_path / "qa"))
+    assert main(["export", "--task", "question_answering", "--model", str(tmp_path / "qa"), "--seq-length", "64",
+                 "--dynamic-batch", "--output", str(tmp_path / "exp")]) == 0
+    assert main(["predict", "--export", str(tmp_path / "exp"), str(data), "--version-2", "--doc-stride", "24",
+                 "--output", str(tmp_path / "pred")]) == 0
+    tok = BertTokenizer.from_model_dir(tmp_path / "qa")
+    _, examples = read_squad(data)
+    features = make_features(examples, tok, 64, 24, 64)
+    arrays = feats.pad_squad_features(features, 64)
+    with torch.no_grad():
+        out = qa(*(torch.from_numpy(arrays[k]) for k in ("input_ids", "token_type_ids", "attention_mask")))
+    expected = postprocess(examples, features, out.start_logits.tolist(), out.end_logits.tolist(), version_2=True)
+    assert json.loads((tmp_path / "pred" / "predictions.json").read_text()) == expected.predictions
+    null_odds = json.loads((tmp_path / "pred" / "null_odds.json").read_text())
+    assert null_odds.keys() == expected.null_odds.keys()
+    assert max(abs(null_odds[k] - expected.null_odds[k]) for k in null_odds) < 1e-3
+
+
+def test_pt2_export_runs_with_torch_alone(minilm_dir, tmp_path):
+    result = export(ExportConfig(task="regression", output=str(tmp_path / "exp"), model=str(minilm_dir),
+                                 seq_length=16, batch_size=2, format="pt2"))
+    assert result["metrics"]["max_abs_diff"] < 1e-4
+    program = torch.export.load(str(tmp_path / "exp" / "model.pt2")).module()
+    ids, types, mask = _inputs(30522, batch=2, seq=16)
+    assert program(ids, types, mask).shape == (2, 1)
+
+
+def test_refuses_random_weights_unless_asked(tmp_path, capsys):
+    with pytest.raises(BertPipelineError, match="randomly initialised, untrained model.*--random-weights"):
+        export(ExportConfig(task="classification", output=str(tmp_path / "x")))
+    assert not (tmp_path / "x").exists()
+    assert main(["export", "--task", "classification", "--random-weights", "--model-config", "bert_2_64_2",
+                 "--seq-length", "8", "--output", str(tmp_path / "rand")]) == 0
+    assert json.loads((tmp_path / "rand" / "export.json").read_text())["random_weights"] is True
+    assert main(["predict", "--export", str(tmp_path / "rand"), "x.tsv", "--task", "sst-2",
+                 "--output", str(tmp_path / "p.tsv")]) == 2  # no vocab.txt: a clear error
+    assert "has no vocab.txt" in capsys.readouterr().err
