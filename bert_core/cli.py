@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "convert a Google TensorFlow BERT checkpoint to a model directory (config.json + model.safetensors)",
     ),
     "embed": ("bert_core.commands.embed", "token and sentence vectors from a BERT model (BertEmbedding)"),
+    "pretrain": ("bert_core.commands.pretrain", "masked-LM + next-sentence pretraining from shards (Ray Train)"),
+    "finetune": ("bert_core.commands.finetune", "fine-tune on a GLUE/XNLI/SQuAD/NER task; dev scored every epoch"),
     # Resolved by name at run time: the scorers live in the evaluation layer above bert_core.
     "evaluate": (
         "evaluation.cli",

@@ -1,0 +1,242 @@
+"""Pretraining-step throughput: bert_core's MLM+NSP step against transformers' BertForPreTraining.
+
+Same config, same initial weights, same batches, same optimizer (AdamW) and global-norm clipping,
+interleaved step by step so machine noise hits both alike. Ours is the step `pretrain` runs
+(bert_core.train.pretrain.train_step: the decoder only at the masked positions, the encoder only on
+real tokens); transformers gets the same batch as `labels` (-100 except at the masked positions)
+and `next_sentence_label`. Batches follow create_pretraining_data's length mix: 90% of sequences
+fill --seq-len, 10% are shorter (short_seq_prob), with --max-predictions masked positions each.
+
+Reports real (non-padding) tokens per second and the ratio ours/theirs; on GPU also MFU: encoder
+matmul FLOPs (bert_core.modeling.encoder_flops_per_token, x3 for forward + backward) per second over
+the GPU's peak dense FLOPs for the dtype.
+
+    python bench/pretrain_throughput.py --configs bert_4_256_4 minilm_L6_H384 --out-json bench-results/pt.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+CONFIGS = {
+    "bert_4_256_4": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024),
+    "minilm_L6_H384": dict(num_hidden_layers=6, hidden_size=384, num_attention_heads=12, intermediate_size=1536),
+    "bert_base_L12_H768": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),
+    "bert_large_L24_H1024": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16,
+                                 intermediate_size=4096),
+}
+
+# Peak dense tensor-core TFLOP/s by GPU name fragment and dtype (vendor datasheets, no sparsity).
+PEAK_TFLOPS = {
+    "H200": {"bfloat16": 989.0, "float16": 989.0, "float32": 494.5},  # fp32 via TF32
+    "H100": {"bfloat16": 989.0, "float16": 989.0, "float32": 494.5},
+    "A100": {"bfloat16": 312.0, "float16": 312.0, "float32": 156.0},
+    "L4": {"bfloat16": 121.0, "float16": 121.0, "float32": 60.0},
+    "A10": {"bfloat16": 125.0, "float16": 125.0, "float32": 62.5},
+}
+
+
+def make_batches(n: int, batch: int, seq: int, preds: int, vocab: int, seed: int) -> list[dict[str, torch.Tensor]]:
+    """Shard-format batches (as bert_core.train.pretrain_data.make_batch returns them), already trimmed."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        short = torch.rand(batch, generator=g) < 0.1
+        lengths = torch.where(short, torch.randint(16, seq + 1, (batch,), generator=g), torch.full((batch,), seq))
+        t = int(lengths.max())
+        ids = torch.randint(5, vocab, (batch, t), generator=g)
+        mask = (torch.arange(t)[None, :] < lengths[:, None]).long()
+        ids = ids * mask
+        ids[:, 0] = 2
+        types = ((torch.arange(t)[None, :] >= (lengths[:, None] // 2)) & mask.bool()).long()
+        # Google's count: 15% of the tokens, at most `preds`; unused slots are padding (weight 0).
+        positions = torch.zeros(batch, preds, dtype=torch.long)
+        weights = torch.zeros(batch, preds)
+        for row, length in enumerate(lengths.tolist()):
+            n_pred = min(preds, max(1, round(0.15 * length)))
+            positions[row, :n_pred] = torch.randperm(length - 2, generator=g)[:n_pred].sort().values + 1
+            weights[row, :n_pred] = 1.0
+        labels_ids = torch.gather(ids, 1, positions) * weights.long()
+        masked = ids.clone()
+        for row in range(batch):
+            real = positions[row][weights[row] > 0]
+            masked[row, real] = 4  # [MASK]
+        out.append({
+            "input_ids": masked, "token_type_ids": types, "attention_mask": mask,
+            "masked_lm_positions": positions, "masked_lm_ids": labels_ids, "masked_lm_weights": weights,
+            "next_sentence_labels": torch.randint(0, 2, (batch,), generator=g),
+        })
+    return out
+
+
+def hf_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    labels = torch.full_like(batch["input_ids"], -100)
+    for row in range(len(labels)):
+        real = batch["masked_lm_weights"][row] > 0
+        labels[row, batch["masked_lm_positions"][row][real]] = batch["masked_lm_ids"][row][real]
+    return {"input_ids": batch["input_ids"], "token_type_ids": batch["token_type_ids"],
+            "attention_mask": batch["attention_mask"], "labels": labels,
+            "next_sentence_label": batch["next_sentence_labels"]}
+
+
+def build_pair(name: str):
+    import transformers
+
+    from bert_core.checkpoint import load_state_into
+    from bert_core.config import BertConfig
+    from bert_core.modeling import BertForPreTraining
+
+    cfg = BertConfig(**CONFIGS[name], hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    hf_cfg = transformers.BertConfig(**{k: v for k, v in cfg.to_hf_dict().items() if k != "do_lower_case"})
+    theirs = transformers.BertForPreTraining(hf_cfg)
+    ours = BertForPreTraining(cfg)
+    load_state_into(ours, theirs.state_dict(), "transformers")  # strict: every weight identical
+    return ours, theirs, cfg
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def measure(name: str, args) -> dict:
+    from bert_core.modeling import encoder_flops_per_token
+    from bert_core.train.precision import Precision
+    from bert_core.train.pretrain import to_device, train_step
+
+    torch.manual_seed(0)
+    ours, theirs, cfg = build_pair(name)
+    device = torch.device(args.device)
+    models = {"ours": ours.to(device).train(), "transformers": theirs.to(device).train()}
+    opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-5) for k, m in models.items()}
+    precision = {k: Precision(args.dtype, device) for k in models}
+    batches = make_batches(args.warmup + args.steps, args.batch_size, args.seq_len, args.max_predictions,
+                           cfg.vocab_size, seed=0)
+    batches = [to_device(b, device) for b in batches]
+    check_same_loss(models, batches[0], device)
+
+    def step(kind: str, batch: dict[str, torch.Tensor]) -> None:
+        model, opt, prec = models[kind], opts[kind], precision[kind]
+        if kind == "ours":
+            train_step(model, [batch], prec)
+        else:
+            with prec.autocast():
+                loss = model(**hf_inputs(batch)).loss
+            prec.scale(loss).backward()
+        prec.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        prec.step(opt, 0)
+        opt.zero_grad(set_to_none=True)
+
+    times = {k: [] for k in models}
+    for i, batch in enumerate(batches):
+        order = list(models) if i % 2 == 0 else list(reversed(models))  # neither always goes first
+        for kind in order:
+            _sync(args.device)
+            t0 = time.perf_counter()
+            step(kind, batch)
+            _sync(args.device)
+            if i >= args.warmup:
+                times[kind].append(time.perf_counter() - t0)
+    measured = batches[args.warmup:]
+    tokens = sum(int(b["attention_mask"].sum()) for b in measured)
+    padded = sum(b["attention_mask"].numel() for b in measured)
+    row = {"config": name, "batch_size": args.batch_size, "seq_len": args.seq_len,
+           "max_predictions": args.max_predictions, "dtype": args.dtype,
+           "padding_fraction": round(1 - tokens / padded, 3)}
+    flops_per_token = 3 * encoder_flops_per_token(cfg, args.seq_len)
+    peak = peak_flops(args)
+    for kind in models:
+        tok_s = tokens / sum(times[kind])
+        row[f"{kind}_tokens_per_s"] = round(tok_s, 1)
+        row[f"{kind}_median_step_s"] = round(statistics.median(times[kind]), 4)
+        if peak:
+            row[f"{kind}_mfu"] = round(tok_s * flops_per_token / peak, 4)
+    row["ratio_ours_over_transformers"] = round(row["ours_tokens_per_s"] / row["transformers_tokens_per_s"], 3)
+    # Medians shrug off the odd step slowed by other processes on a shared machine.
+    row["ratio_by_median_step"] = round(row["transformers_median_step_s"] / row["ours_median_step_s"], 3)
+    return row
+
+
+@torch.no_grad()
+def check_same_loss(models: dict, batch: dict[str, torch.Tensor], device: torch.device) -> None:
+    """Both compute the same objective on the same weights (dropout off): else the race is meaningless."""
+    from bert_core.train.precision import Precision
+    from bert_core.train.pretrain import forward_sums, metrics_from
+
+    for m in models.values():
+        m.eval()
+    stats = forward_sums(models["ours"], batch, Precision("float32", device))[2]
+    ours = metrics_from(stats.tolist())["loss"]
+    theirs = float(models["transformers"](**hf_inputs(batch)).loss)
+    for m in models.values():
+        m.train()
+    if abs(ours - theirs) > 1e-3 * max(1.0, abs(theirs)):
+        raise SystemExit(f"losses differ before training: ours {ours:.6f} vs transformers {theirs:.6f}")
+
+
+def peak_flops(args) -> float | None:
+    if args.peak_tflops:
+        return args.peak_tflops * 1e12
+    if not args.device.startswith("cuda"):
+        return None
+    name = torch.cuda.get_device_name()
+    for fragment, table in PEAK_TFLOPS.items():
+        if fragment in name:
+            return table[args.dtype] * 1e12
+    return None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--configs", nargs="+", default=["bert_4_256_4", "minilm_L6_H384"], choices=list(CONFIGS),
+                   help="model sizes to measure")
+    p.add_argument("--batch-size", type=int, default=16, help="sequences per batch")
+    p.add_argument("--seq-len", type=int, default=128, help="max sequence length (90%% of sequences fill it)")
+    p.add_argument("--max-predictions", type=int, default=20, help="masked positions per sequence")
+    p.add_argument("--steps", type=int, default=6, help="measured steps per model")
+    p.add_argument("--warmup", type=int, default=2, help="unmeasured steps first")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="autocast dtype for both models (float16 with loss scaling)")
+    p.add_argument("--peak-tflops", type=float, default=0.0,
+                   help="peak dense TFLOP/s for MFU (default: looked up from the GPU's name)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--out-json", type=Path, help="write the rows and machine info here")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    import transformers
+
+    machine = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda")
+               else platform.processor() or platform.machine(), "torch": torch.__version__,
+               "transformers": transformers.__version__, "threads": torch.get_num_threads(),
+               "date": time.strftime("%Y-%m-%d")}
+    rows = []
+    mfu = args.device.startswith("cuda")
+    print("| config | dtype | ours tok/s | transformers tok/s | ratio | ratio (median step) | padding |"
+          + (" MFU ours | MFU theirs |" if mfu else ""))
+    print("| --- | --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if mfu else ""))
+    for name in args.configs:
+        row = measure(name, args)
+        rows.append(row)
+        extra = (f" {row.get('ours_mfu', float('nan')):.1%} | {row.get('transformers_mfu', float('nan')):.1%} |"
+                 if mfu else "")
+        print(f"| {name} | {args.dtype} | {row['ours_tokens_per_s']:.0f} | {row['transformers_tokens_per_s']:.0f} | "
+              f"{row['ratio_ours_over_transformers']:.2f}x | {row['ratio_by_median_step']:.2f}x | "
+              f"{row['padding_fraction']:.0%} |{extra}", flush=True)
+    if args.out_json:
+        args.out_json.parent.mkdir(parents=True, exist_ok=True)
+        args.out_json.write_text(json.dumps({"machine": machine, "args": {k: str(v) for k, v in vars(args).items()},
+                                             "rows": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
