@@ -41,7 +41,7 @@ def test_regression_stsb(minilm_dir, tmp_path):
     cfg = FinetuneConfig(task="sts-b", data_dir=str(data), model=str(minilm_dir), output=str(tmp_path / "out"),
                          epochs=3, max_len=32, **FAST)
     metrics = finetune(cfg, score_predictions)["metrics"]
-    assert metrics["pearson"] > 0.5 and metrics["spearman"] > 0.5  # chance is 0
+    assert metrics["pearson"] > 0.7 and metrics["spearman"] > 0.5  # chance is 0
 
 
 def test_question_answering_squad(minilm_dir, tmp_path):
@@ -68,7 +68,7 @@ def test_ner_conll(minilm_dir, tmp_path):
     cfg = FinetuneConfig(task="ner", data_dir=str(data), model=str(minilm_dir), output=str(tmp_path / "out"),
                          epochs=3, max_len=24, **FAST)
     metrics = finetune(cfg, score_predictions)["metrics"]
-    assert metrics["f1"] > 0.8
+    assert metrics["f1"] > 0.6  # entity-level F1; chance is ~0
     labels = json.loads((tmp_path / "out" / "model" / "config.json").read_text())["id2label"]
     assert set(labels.values()) == {"O", "B-PER", "I-PER", "B-LOC"}  # IOB1 input normalised to IOB2
 
