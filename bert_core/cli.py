@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "embed": ("bert_core.commands.embed", "token and sentence vectors from a BERT model (BertEmbedding)"),
     "pretrain": ("bert_core.commands.pretrain", "masked-LM + next-sentence pretraining from shards (Ray Train)"),
     "finetune": ("bert_core.commands.finetune", "fine-tune on a GLUE/XNLI/SQuAD/NER task; dev scored every epoch"),
+    "segment": ("bert_core.commands.segment", "split raw documents into sentences, one per line"),
+    "build-vocab": ("bert_core.commands.build_vocab", "train a WordPiece vocab.txt (BERT layout) on segmented text"),
+    "make-shards": ("bert_core.commands.make_shards", "make masked-LM/next-sentence pretraining shards (.npz)"),
+    "validate-shards": ("bert_core.commands.validate_shards", "validate pretraining shards with great-expectations"),
     # Resolved by name at run time: the scorers live in the evaluation layer above bert_core.
     "evaluate": (
         "evaluation.cli",

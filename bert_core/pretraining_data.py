@@ -1,0 +1,596 @@
+"""Google BERT's `create_pretraining_data.py` algorithm, on token ids, for one bounded unit of documents.
+
+A *unit* is a chunk of consecutive documents of one input file. For it, `build_unit` does what
+Google's script does for its whole corpus: tokenize every line, drop empty documents, shuffle the
+documents, make `dupe_factor` passes of `create_instances_from_document` (target length with
+`short_seq_prob`, random split point, 50% random next sentence, unused segments put back,
+`truncate_seq_pair` from the front or back at random, masking with 80/10/10 and optional whole-word
+masking), then shuffle the instances.
+
+Where the random next sentence comes from differs: Google draws it from the whole corpus, we draw
+it from the unit (up to a thousand documents by default; see ShardConfig). Both draw a uniformly
+random *other* document; with hundreds to choose from the two are the same for training, while the
+unit keeps memory bounded and lets units run in parallel. A unit's random numbers depend only on the
+seed and the unit's position (file index, chunk index), so the output does not depend on how many
+workers run the units.
+
+Two ways of drawing, with the same distributions:
+
+* `google_random_stream=True`: every draw is the one Google's script makes, from one `random.Random`
+  (through `_randbelow`, `_randint` and `_shuffle`, which consume it exactly as `random.Random`'s
+  methods do, without their per-call overhead; tests check it). The first unit (file 0, chunk 0) is
+  seeded with the seed itself, so a single-file, single-unit run gives exactly Google's instances
+  (bench/make_shards.py --check-exact compares them with the real script's).
+* default: segments are drawn the same way, but truncation draws how many tokens to cut from the
+  front at once (`truncate_seq_pair_fast`), and the instance shuffle and all masks come from a numpy
+  generator for the whole unit at once (`mask_instances`): about twice as fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bert_core.errors import BertPipelineError
+
+
+@dataclass(frozen=True)
+class ShardConfig:
+    """Everything that decides the shards' bytes (recorded in the manifest). Workers are not in it:
+    the output does not depend on them."""
+
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    dupe_factor: int = 5
+    random_seed: int = 12345
+    whole_word_mask: bool = False
+    do_lower_case: bool = True
+    # A unit closes after this many documents or this many characters of text, whichever comes first
+    # (a worker needs ~50 bytes per character of its unit; smaller units also balance workers better).
+    chunk_documents: int = 1000
+    chunk_chars: int = 1_000_000
+    instances_per_shard: int = 10_000
+    # Draw every random number as Google's script does (about 2x slower). A single-unit run then gives
+    # Google's instances exactly; otherwise the same distribution comes from faster vectorised draws.
+    google_random_stream: bool = False
+    # Instances from consecutive units are mixed in a buffer of this many before being written.
+    shuffle_buffer: int = 20_000
+
+    def check(self) -> None:
+        problems = []
+        if self.max_seq_length < 5:
+            problems.append("max_seq_length must be at least 5 ([CLS] A [SEP] B [SEP] with A, B non-empty)")
+        if self.max_predictions_per_seq < 1:
+            problems.append("max_predictions_per_seq must be at least 1")
+        if not 0.0 < self.masked_lm_prob <= 1.0:
+            problems.append("masked_lm_prob must be in (0, 1]")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            problems.append("short_seq_prob must be in [0, 1]")
+        for name in ("dupe_factor", "chunk_documents", "chunk_chars", "instances_per_shard"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be at least 1")
+        if self.shuffle_buffer < 0:
+            problems.append("shuffle_buffer must be >= 0")
+        if problems:
+            raise BertPipelineError("make-shards: " + "; ".join(problems))
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """What the algorithm needs from the vocabulary, by id."""
+
+    ids: list[int]  # every id in vocab-file order: Google's `vocab_words`, for random replacement
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    is_subword: bytes = field(repr=False)  # is_subword[id] == 1 for "##" pieces (whole-word masking)
+
+    @classmethod
+    def from_dict(cls, vocab: dict[str, int]) -> Vocab:
+        missing = [t for t in ("[CLS]", "[SEP]", "[MASK]") if t not in vocab]
+        if missing:
+            raise BertPipelineError(f"the vocab has no {' '.join(missing)} token(s); BERT pretraining needs them")
+        flags = bytearray(max(vocab.values()) + 1)
+        for token, index in vocab.items():
+            if token.startswith("##"):
+                flags[index] = 1
+        return cls(list(vocab.values()), vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"], bytes(flags))
+
+
+# --------------------------------------------------------------------------------------------
+# Random draws, consuming the generator exactly as random.Random does
+# --------------------------------------------------------------------------------------------
+
+
+def _randbelow(getrandbits, n: int) -> int:
+    k = n.bit_length()
+    r = getrandbits(k)
+    while r >= n:
+        r = getrandbits(k)
+    return r
+
+
+def _randint(getrandbits, a: int, b: int) -> int:
+    return a + _randbelow(getrandbits, b - a + 1)
+
+
+_BIT_LENGTHS = [n.bit_length() for n in range(4097)]
+
+
+def _shuffle(getrandbits, x: list) -> None:
+    bit_lengths = _BIT_LENGTHS if len(x) < len(_BIT_LENGTHS) else [n.bit_length() for n in range(len(x) + 1)]
+    for i in range(len(x) - 1, 0, -1):
+        n = i + 1
+        k = bit_lengths[n]
+        j = getrandbits(k)
+        while j >= n:
+            j = getrandbits(k)
+        x[i], x[j] = x[j], x[i]
+
+
+def unit_seed(seed: int, file_index: int, chunk_index: int) -> int:
+    """The seed of one unit: the run's seed for the first unit (Google's stream), a hash otherwise."""
+    if file_index == 0 and chunk_index == 0:
+        return seed
+    digest = hashlib.sha256(f"bert-pipeline/make-shards/{seed}/{file_index}/{chunk_index}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+# --------------------------------------------------------------------------------------------
+# Tokenization
+# --------------------------------------------------------------------------------------------
+
+
+_ENCODE_BATCH = 32  # documents per encode_batch call
+
+
+def tokenize_documents(tokenizer, documents: Sequence[Sequence[str]]) -> list[list[list[int]]]:
+    """Token ids of every line of every document; lines without tokens are dropped, as Google does.
+
+    Each document is encoded as one text, its lines joined by " [SEP] ", and cut back into lines at the
+    [SEP] ids: BERT tokenization never crosses whitespace or a special token, so this equals encoding
+    line by line, with a fraction of the per-text overhead. No [SEP] can come from the text itself:
+    every "[" in it is followed by a space first, which Google's FullTokenizer ignores anyway ("[" is
+    punctuation, split off on its own) but which stops ours from reading "[SEP]" in the text as the
+    special token.
+    """
+    sep_id = tokenizer.vocab["[SEP]"]
+    texts = []
+    for document in documents:
+        texts.append(" [SEP] ".join(line.replace("[", "[ ") if "[" in line else line for line in document))
+    result: list[list[list[int]]] = []
+    # In batches: an encoding holds tokens and offsets as Python objects (~350 bytes a token), while
+    # only the ids are kept.
+    for first in range(0, len(texts), _ENCODE_BATCH):
+        for encoding in tokenizer.encode_batch(texts[first: first + _ENCODE_BATCH], add_special_tokens=False):
+            ids = encoding.ids
+            cuts = np.flatnonzero(np.asarray(ids, dtype=np.int64) == sep_id).tolist()
+            lines = []
+            start = 0
+            for cut in [*cuts, len(ids)]:
+                if cut > start:
+                    lines.append(ids[start:cut])
+                start = cut + 1
+            result.append(lines)
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Google's algorithm
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Instance:
+    tokens: list[int]  # [CLS] A [SEP] B [SEP], masked
+    len_a: int  # tokens of A (so segment 1 starts at len_a + 2)
+    masked_positions: list[int]
+    masked_labels: list[int]
+    is_random_next: bool
+
+
+def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random) -> None:
+    """Truncate the longer sequence one token at a time, from the front or back at random."""
+    while True:
+        total_length = len(tokens_a) + len(tokens_b)
+        if total_length <= max_num_tokens:
+            break
+        trunc_tokens = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        assert len(trunc_tokens) >= 1
+        # Removing from the front as well as the back adds more randomness and avoids biases.
+        if rng.random() < 0.5:
+            del trunc_tokens[0]
+        else:
+            trunc_tokens.pop()
+
+
+def truncate_seq_pair_fast(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int,
+                           getrandbits) -> tuple[list[int], list[int]]:
+    """truncate_seq_pair's result distribution without its token-by-token loop.
+
+    Which side loses how many tokens does not depend on chance (always the longer one, B on ties);
+    only whether each removal is at the front or the back does, a fair coin each time, so the number
+    taken from the front of a side is Binomial(removals, 1/2): the popcount of that many random bits.
+    """
+    la, lb = len(tokens_a), len(tokens_b)
+    excess = la + lb - max_num_tokens
+    if excess <= 0:
+        return tokens_a, tokens_b
+    keep_a, keep_b = la, lb
+    gap = min(excess, abs(la - lb))
+    if la > lb:
+        keep_a -= gap
+    else:
+        keep_b -= gap
+    excess -= gap
+    keep_b -= (excess + 1) // 2
+    keep_a -= excess // 2
+
+    def cut(tokens: list[int], keep: int) -> list[int]:
+        removed = len(tokens) - keep
+        if not removed:
+            return tokens
+        front = bin(getrandbits(removed)).count("1")
+        return tokens[front: front + keep]
+
+    return cut(tokens_a, keep_a), cut(tokens_b, keep_b)
+
+
+def create_masked_lm_predictions(tokens: list[int], config: ShardConfig, vocab: Vocab,
+                                 rng: random.Random) -> tuple[list[int], list[int], list[int]]:
+    """(masked tokens, sorted positions, original ids at them) as Google's function makes them."""
+    cls_id, sep_id = vocab.cls_id, vocab.sep_id
+    cand_indexes: list = []
+    if config.whole_word_mask:
+        is_subword = vocab.is_subword
+        for i, token in enumerate(tokens):
+            if token == cls_id or token == sep_id:
+                continue
+            if cand_indexes and is_subword[token]:
+                cand_indexes[-1].append(i)
+            else:
+                cand_indexes.append([i])
+    elif tokens.count(sep_id) == 2 and tokens.count(cls_id) == 1:
+        # Single positions instead of one-element lists: the shuffle draws the same numbers.
+        len_a = tokens.index(sep_id) - 1
+        cand_indexes = [*range(1, len_a + 1), *range(len_a + 2, len(tokens) - 1)]
+    else:
+        cand_indexes = [i for i, token in enumerate(tokens) if token != cls_id and token != sep_id]
+    getrandbits = rng.getrandbits
+    _shuffle(getrandbits, cand_indexes)
+
+    num_to_predict = min(config.max_predictions_per_seq,
+                         max(1, int(round(len(tokens) * config.masked_lm_prob))))
+    # Google also checks that no index of a candidate is already covered; candidates are disjoint
+    # (each position is in exactly one), so that check never fires and is left out.
+    if config.whole_word_mask:
+        selected: list[int] = []
+        for index_set in cand_indexes:
+            if len(selected) >= num_to_predict:
+                break
+            # A whole word that would go past the budget is skipped, as Google skips it.
+            if len(selected) + len(index_set) > num_to_predict:
+                continue
+            selected.extend(index_set)
+    else:
+        selected = cand_indexes[:num_to_predict]
+
+    output_tokens = list(tokens)
+    random_ = rng.random
+    vocab_ids = vocab.ids
+    num_vocab = len(vocab_ids)
+    mask_id = vocab.mask_id
+    for index in selected:
+        if random_() < 0.8:  # 80%: [MASK]
+            output_tokens[index] = mask_id
+        elif random_() < 0.5:  # 10%: keep the original
+            pass
+        else:  # 10%: a random vocabulary token
+            output_tokens[index] = vocab_ids[_randbelow(getrandbits, num_vocab)]
+    positions = sorted(selected)
+    return output_tokens, positions, [tokens[p] for p in positions]
+
+
+def create_instances_from_document(all_documents: list[list[list[int]]], document_index: int,
+                                   config: ShardConfig, vocab: Vocab, rng: random.Random,
+                                   mask: bool = True) -> list[Instance]:
+    """Google's function of the same name, on ids (all_documents is the unit's documents).
+
+    With mask=False the instances are left unmasked (masking then happens for a whole unit at once).
+    """
+    document = all_documents[document_index]
+    getrandbits = rng.getrandbits
+    # Account for [CLS], [SEP], [SEP].
+    max_num_tokens = config.max_seq_length - 3
+    # Usually fill the whole sequence, but sometimes (short_seq_prob) a shorter one, to lessen the
+    # mismatch between pretraining and fine-tuning on short inputs. Chosen once per document, as Google does.
+    target_seq_length = max_num_tokens
+    if rng.random() < config.short_seq_prob:
+        target_seq_length = _randint(getrandbits, 2, max_num_tokens)
+
+    instances: list[Instance] = []
+    current_chunk: list[list[int]] = []
+    current_length = 0
+    i = 0
+    while i < len(document):
+        segment = document[i]
+        current_chunk.append(segment)
+        current_length += len(segment)
+        if i == len(document) - 1 or current_length >= target_seq_length:
+            if current_chunk:
+                # How many segments of current_chunk go into A.
+                a_end = 1
+                if len(current_chunk) >= 2:
+                    a_end = _randint(getrandbits, 1, len(current_chunk) - 1)
+                tokens_a: list[int] = []
+                for j in range(a_end):
+                    tokens_a.extend(current_chunk[j])
+
+                tokens_b: list[int] = []
+                if len(current_chunk) == 1 or rng.random() < 0.5:
+                    is_random_next = True
+                    target_b_length = target_seq_length - len(tokens_a)
+                    # Ten tries at another document; in a one-document unit B comes from the same one.
+                    for _ in range(10):
+                        random_document_index = _randint(getrandbits, 0, len(all_documents) - 1)
+                        if random_document_index != document_index:
+                            break
+                    random_document = all_documents[random_document_index]
+                    random_start = _randint(getrandbits, 0, len(random_document) - 1)
+                    for j in range(random_start, len(random_document)):
+                        tokens_b.extend(random_document[j])
+                        if len(tokens_b) >= target_b_length:
+                            break
+                    # The segments not used for A are put back, so they are not wasted.
+                    num_unused_segments = len(current_chunk) - a_end
+                    i -= num_unused_segments
+                else:
+                    is_random_next = False
+                    for j in range(a_end, len(current_chunk)):
+                        tokens_b.extend(current_chunk[j])
+                if mask:
+                    truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+                else:
+                    tokens_a, tokens_b = truncate_seq_pair_fast(tokens_a, tokens_b, max_num_tokens, getrandbits)
+                assert len(tokens_a) >= 1
+                assert len(tokens_b) >= 1
+
+                tokens = [vocab.cls_id, *tokens_a, vocab.sep_id, *tokens_b, vocab.sep_id]
+                if mask:
+                    tokens, positions, labels = create_masked_lm_predictions(tokens, config, vocab, rng)
+                else:
+                    positions, labels = [], []
+                instances.append(Instance(tokens, len(tokens_a), positions, labels, is_random_next))
+            current_chunk = []
+            current_length = 0
+        i += 1
+    return instances
+
+
+def create_instances(documents: list[list[list[int]]], config: ShardConfig, vocab: Vocab,
+                     seed: int) -> dict[str, np.ndarray]:
+    """Google's create_training_instances after tokenization (shuffle documents, dupe passes, shuffle
+    instances, mask), returning the instances packed as shard arrays.
+
+    Instances are packed as they are made and the final shuffle permutes row indices, which keeps
+    memory at the packed size. With `google_random_stream` every draw is Google's (masks made one
+    instance at a time, as its script does; shuffling a list of indices draws the same numbers as
+    shuffling the instances). Otherwise segments are drawn the same way but the instance shuffle and
+    the masks come from a numpy generator for the whole unit at once (`mask_instances`): the same
+    distribution, several times faster.
+    """
+    rng = random.Random(seed)
+    exact = config.google_random_stream
+    documents = [d for d in documents if d]
+    _shuffle(rng.getrandbits, documents)
+    packer = _Packer(config)
+    for _ in range(config.dupe_factor):
+        for document_index in range(len(documents)):
+            for instance in create_instances_from_document(documents, document_index, config, vocab, rng,
+                                                           mask=exact):
+                packer.add(instance)
+    if exact:
+        order = list(range(packer.rows))
+        _shuffle(rng.getrandbits, order)
+        return packer.arrays(order)
+    generator = np.random.Generator(np.random.PCG64([seed & (2**64 - 1), 0x4D41534B]))
+    arrays = packer.arrays(generator.permutation(packer.rows))
+    mask_instances(arrays, config, vocab, generator)
+    return arrays
+
+
+def mask_instances(arrays: dict[str, np.ndarray], config: ShardConfig, vocab: Vocab,
+                   generator: np.random.Generator) -> None:
+    """Google's create_masked_lm_predictions for every instance at once, in place.
+
+    Candidates are all tokens but [CLS] and the two [SEP]s; a uniformly random order of them is drawn
+    (random keys, sorted); the first min(max_predictions_per_seq, max(1, round(length * masked_lm_prob)))
+    are predicted; each shows [MASK] with probability 0.8, itself 0.1, a uniformly random vocabulary
+    token 0.1. Whole-word masking walks the words of each instance in random order, skipping a word
+    that would exceed the budget, as Google does.
+    """
+    ids = arrays["input_ids"]
+    n, t = ids.shape
+    p = config.max_predictions_per_seq
+    if n == 0:
+        return
+    lengths = arrays["valid_lengths"].astype(np.int64)
+    column = np.arange(t)[None, :]
+    first_sep = (arrays["segment_ids"] == 0).sum(axis=1) - (t - lengths) - 1
+    candidate = (column >= 1) & (column < lengths[:, None] - 1) & (column != first_sep[:, None])
+    # Python's round() and np.round both round half to even.
+    budget = np.minimum(p, np.maximum(1, np.round(lengths * config.masked_lm_prob))).astype(np.int64)
+    keys = generator.random((n, t))
+    positions = np.full((n, p), t, dtype=np.int64)  # t marks "no prediction"
+    if config.whole_word_mask:
+        _whole_word_positions(ids, candidate, keys, budget, vocab, positions)
+    else:
+        keys[~candidate] = 2.0
+        k = min(p, t)
+        # The k smallest keys of each row, then in key order: a random order of k candidates.
+        smallest = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < t else np.tile(np.arange(t), (n, 1))
+        order = np.take_along_axis(smallest, np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1), axis=1)
+        chosen = (np.arange(k)[None, :] < budget[:, None]) & (np.take_along_axis(keys, order, axis=1) < 2.0)
+        positions[:, :k] = np.sort(np.where(chosen, order, t), axis=1)
+    real = positions < t
+    rows = np.nonzero(real)[0]
+    cols = positions[real]
+    originals = ids[rows, cols]
+    draw = generator.random(len(rows))
+    replacement = np.asarray(vocab.ids, dtype=np.int32)[generator.integers(0, len(vocab.ids), len(rows))]
+    ids[rows, cols] = np.where(draw < 0.8, vocab.mask_id, np.where(draw < 0.9, originals, replacement))
+    arrays["masked_lm_positions"][:] = np.where(real, positions, 0)
+    labels = np.zeros((n, p), dtype=np.int32)
+    labels[real] = originals
+    arrays["masked_lm_ids"][:] = labels
+    arrays["masked_lm_weights"][:] = real.astype(np.float32)
+
+
+def _whole_word_positions(ids: np.ndarray, candidate: np.ndarray, keys: np.ndarray, budget: np.ndarray,
+                          vocab: Vocab, out: np.ndarray) -> None:
+    """Sorted predicted positions per row, into `out` (pre-filled with "none"), for whole-word masking.
+
+    Google's words: a candidate starts a new word unless it is a "##" piece and some candidate comes
+    before it in the instance ([CLS]/[SEP] are not candidates, so a piece may join the word before a
+    [SEP]). Words are visited in random order (their first token's key) and taken while they fit.
+    """
+    subword = np.frombuffer(vocab.is_subword, dtype=np.uint8).astype(bool)
+    for row in range(len(ids)):
+        cands = np.flatnonzero(candidate[row])
+        if not len(cands):
+            continue
+        starts = ~subword[ids[row, cands]]
+        starts[0] = True
+        bounds = np.flatnonzero(starts).tolist() + [len(cands)]
+        chosen: list[int] = []
+        limit = int(budget[row])
+        for word in np.argsort(keys[row, cands[starts]], kind="stable").tolist():
+            if len(chosen) >= limit:
+                break
+            size = bounds[word + 1] - bounds[word]
+            if len(chosen) + size > limit:
+                continue
+            chosen.extend(cands[bounds[word]: bounds[word + 1]].tolist())
+        chosen.sort()
+        out[row, : len(chosen)] = chosen
+
+
+# --------------------------------------------------------------------------------------------
+# Packing
+# --------------------------------------------------------------------------------------------
+
+
+_BLOCK_ROWS = 1024
+
+
+class _Packer:
+    """Instances packed into shard arrays (ARCHITECTURE §5), 0-padded, a block of rows at a time.
+
+    Rows wait as Python lists until a block is full and are then written with a few vectorised
+    assignments: cheaper than seven small numpy assignments per instance.
+    """
+
+    def __init__(self, config: ShardConfig) -> None:
+        self.config = config
+        self.blocks: list[dict[str, np.ndarray]] = []
+        self.pending: list[Instance] = []
+        self.rows = 0
+
+    def _empty(self, n: int) -> dict[str, np.ndarray]:
+        t, p = self.config.max_seq_length, self.config.max_predictions_per_seq
+        return {
+            "input_ids": np.zeros((n, t), dtype=np.int32),
+            "segment_ids": np.zeros((n, t), dtype=np.int8),
+            "valid_lengths": np.zeros(n, dtype=np.int32),
+            "masked_lm_positions": np.zeros((n, p), dtype=np.int32),
+            "masked_lm_ids": np.zeros((n, p), dtype=np.int32),
+            "masked_lm_weights": np.zeros((n, p), dtype=np.float32),
+            "next_sentence_labels": np.zeros(n, dtype=np.int8),
+        }
+
+    def add(self, instance: Instance) -> None:
+        if len(instance.tokens) > self.config.max_seq_length:
+            raise AssertionError(f"instance of {len(instance.tokens)} tokens > max_seq_length "
+                                 f"{self.config.max_seq_length}")
+        self.pending.append(instance)
+        self.rows += 1
+        if len(self.pending) >= _BLOCK_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        rows = self.pending
+        if not rows:
+            return
+        self.pending = []
+        block = self._empty(len(rows))
+        t, p = self.config.max_seq_length, self.config.max_predictions_per_seq
+        lengths = np.fromiter((len(r.tokens) for r in rows), dtype=np.int64, count=len(rows))
+        inside = np.arange(t)[None, :] < lengths[:, None]
+        block["input_ids"][inside] = np.fromiter(
+            itertools.chain.from_iterable(r.tokens for r in rows), dtype=np.int32, count=int(lengths.sum()))
+        starts_b = np.fromiter((r.len_a + 2 for r in rows), dtype=np.int64, count=len(rows))
+        block["segment_ids"][inside & (np.arange(t)[None, :] >= starts_b[:, None])] = 1
+        block["valid_lengths"][:] = lengths
+        counts = np.fromiter((len(r.masked_positions) for r in rows), dtype=np.int64, count=len(rows))
+        predicted = np.arange(p)[None, :] < counts[:, None]
+        total = int(counts.sum())
+        if total:
+            block["masked_lm_positions"][predicted] = np.fromiter(
+                itertools.chain.from_iterable(r.masked_positions for r in rows), dtype=np.int32, count=total)
+            block["masked_lm_ids"][predicted] = np.fromiter(
+                itertools.chain.from_iterable(r.masked_labels for r in rows), dtype=np.int32, count=total)
+            block["masked_lm_weights"][predicted] = 1.0
+        block["next_sentence_labels"][:] = np.fromiter((r.is_random_next for r in rows), dtype=np.int8,
+                                                       count=len(rows))
+        self.blocks.append(block)
+
+    def arrays(self, order: Sequence[int] | None = None) -> dict[str, np.ndarray]:
+        self._flush()
+        if not self.blocks:
+            return self._empty(0)
+        result = {}
+        index = np.asarray(order if order is not None else range(self.rows), dtype=np.int64)
+        for key in self.blocks[0]:
+            merged = np.concatenate([block[key] for block in self.blocks])
+            result[key] = merged[index]
+            for block in self.blocks:  # free as we go: the blocks and the result would double the peak
+                block[key] = merged[:0]
+            del merged
+        self.blocks = []
+        return result
+
+
+def pack_instances(instances: Sequence[Instance], config: ShardConfig) -> dict[str, np.ndarray]:
+    """Instances as the arrays of a shard, in the given order."""
+    packer = _Packer(config)
+    for instance in instances:
+        packer.add(instance)
+    return packer.arrays()
+
+
+@dataclass
+class UnitResult:
+    file_index: int
+    chunk_index: int
+    arrays: dict[str, np.ndarray]
+    documents: int
+    tokens: int
+
+
+def build_unit(tokenizer, vocab: Vocab, config: ShardConfig, file_index: int, chunk_index: int,
+               documents: Sequence[Sequence[str]]) -> UnitResult:
+    """All instances of one unit (documents as lists of stripped, non-empty lines), packed."""
+    tokenized = tokenize_documents(tokenizer, documents)
+    seed = unit_seed(config.random_seed, file_index, chunk_index)
+    return UnitResult(
+        file_index, chunk_index, create_instances(tokenized, config, vocab, seed),
+        documents=sum(1 for d in tokenized if d),
+        tokens=sum(len(line) for d in tokenized for line in d),
+    )
