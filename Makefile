@@ -1,4 +1,4 @@
-# bert-pipeline: `make setup` installs everything (and runs the demo once it exists); `make test` runs the suite.
+# bert-pipeline: `make setup` installs everything and runs the demo DAG; `make test` runs the suite.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 .PHONY: setup install test lint constraints clean
 
 setup: install
-	$(BIN)/bert-pipeline zoo
+	$(BIN)/bert-pipeline demo
 
 install: $(STAMP)
 

@@ -16,24 +16,26 @@ from bert_core.errors import BertPipelineError
 
 # name -> (module, one-line help). Order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "convert-tf-checkpoint": (
-        "bert_core.commands.convert_tf_checkpoint",
-        "convert a Google TensorFlow BERT checkpoint to a model directory (config.json + model.safetensors)",
-    ),
-    "embed": ("bert_core.commands.embed", "token and sentence vectors from a BERT model (BertEmbedding)"),
-    "pretrain": ("bert_core.commands.pretrain", "masked-LM + next-sentence pretraining from shards (Ray Train)"),
-    "finetune": ("bert_core.commands.finetune", "fine-tune on a GLUE/XNLI/SQuAD/NER task; dev scored every epoch"),
     "segment": ("bert_core.commands.segment", "split raw documents into sentences, one per line"),
     "build-vocab": ("bert_core.commands.build_vocab", "train a WordPiece vocab.txt (BERT layout) on segmented text"),
     "make-shards": ("bert_core.commands.make_shards", "make masked-LM/next-sentence pretraining shards (.npz)"),
     "validate-shards": ("bert_core.commands.validate_shards", "validate pretraining shards with great-expectations"),
+    "pretrain": ("bert_core.commands.pretrain", "masked-LM + next-sentence pretraining from shards (Ray Train)"),
+    "finetune": ("bert_core.commands.finetune", "fine-tune on a GLUE/XNLI/SQuAD/NER task; dev scored every epoch"),
     # Resolved by name at run time: the scorers live in the evaluation layer above bert_core.
     "evaluate": (
         "evaluation.cli",
         "score predictions exactly as the official SQuAD v1.1/v2.0 and GLUE/XNLI evaluators do",
     ),
+    "embed": ("bert_core.commands.embed", "token and sentence vectors from a BERT model (BertEmbedding)"),
     "export": ("bert_core.commands.export", "export a task model to static-shape ONNX or torch.export (.pt2)"),
     "predict": ("bert_core.commands.predict", "run an exported model on GLUE-style TSV or SQuAD JSON input"),
+    "convert-tf-checkpoint": (
+        "bert_core.commands.convert_tf_checkpoint",
+        "convert a Google TensorFlow BERT checkpoint to a model directory (config.json + model.safetensors)",
+    ),
+    # demo runs an Airflow DAG: like evaluate, reached by module name only.
+    "demo": ("bert_core.commands.demo", "run the bert_demo DAG (raw text to a promoted model) on bundled tiny data"),
     "zoo": (
         "bert_core.commands.zoo",
         "list the model zoo names and where each model's files are expected",

