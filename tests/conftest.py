@@ -13,6 +13,11 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # No test may reach the network: HF libraries must read local files only.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# One Ray authentication mode for every Ray instance this test process starts. Ray >= 2.5x turns token
+# auth on for a new local ray.init() unless RAY_AUTH_MODE says otherwise, and the driver's gRPC server
+# keeps the mode of the first init for the life of the process: a later instance started with another
+# mode (the demo sets "disabled") gets "Missing authorization header" and its first actor is cancelled.
+os.environ["RAY_AUTH_MODE"] = "disabled"
 
 
 @pytest.fixture(scope="session")
