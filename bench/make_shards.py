@@ -28,6 +28,7 @@ import os
 import platform
 import random
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -329,7 +330,7 @@ def main() -> None:
     corpus = args.corpus or generate_corpus(work / "corpus-1x.txt", vocab, args.corpus_mb, seed=1)
     report: dict = {
         "date": dt.date.today().isoformat(),
-        "command": "python " + " ".join([os.path.relpath(__file__, ROOT), *sys.argv[1:]]),
+        "command": "python " + shlex.join([os.path.relpath(__file__, ROOT), *sys.argv[1:]]),
         "machine": {"cpus": os.cpu_count(), "processor": platform.processor(), "machine": platform.machine(),
                     "memory_gb": psutil.virtual_memory().total / 1e9, "python": platform.python_version(),
                     "platform": platform.platform()},
