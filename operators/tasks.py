@@ -6,12 +6,41 @@ They know nothing about Airflow: a DAG wraps them in `@task`, and tests call the
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import logging
+import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from operators import ray_jobs
 
 log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def on_ray_cluster_when_asked(step: F) -> F:
+    """Run the step as a Ray job (operators.ray_jobs) when RAY_ADDRESS is a Ray dashboard URL, else here.
+
+    The job runs this same function on the cluster (operators.step_runner), so both paths compute the same
+    thing. BERT_PIPELINE_RAY_WORKING_DIR uploads a code directory with the job, for clusters that do not
+    have the project installed."""
+
+    @functools.wraps(step)
+    def wrapper(*args, **kwargs):
+        address = ray_jobs.submission_address()
+        if address is None:
+            return step(*args, **kwargs)
+        bound = inspect.signature(step).bind(*args, **kwargs)
+        bound.apply_defaults()
+        config = ray_jobs.JobConfig(address, ray_jobs.default_submission_id(step.__name__),
+                                    working_dir=os.environ.get("BERT_PIPELINE_RAY_WORKING_DIR") or None)
+        return ray_jobs.run_step_as_job(step.__name__, dict(bound.arguments), config)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def default_model_dir() -> str:
@@ -61,6 +90,7 @@ def segment(inputs: list[str], output: str) -> str:
     return output
 
 
+@on_ray_cluster_when_asked
 def make_shards(segmented: str | list[str], output: str, vocab: str, max_seq_length: int = 128,
                 max_predictions_per_seq: int = 20, dupe_factor: int = 5, seed: int = 12345) -> str:
     from bert_core.pretraining_data import ShardConfig
@@ -86,6 +116,7 @@ def validate_shards(shards_dir: str) -> dict[str, Any]:
             "instances": int(result["statistics"].get("instances", 0))}
 
 
+@on_ray_cluster_when_asked
 def pretrain(shards_dir: str, output: str, model: str, num_workers: int = 2, num_steps: int = 40,
              batch_size: int = 16, lr: float = 1e-3, vocab: str | None = None, seed: int = 0) -> dict[str, Any]:
     """Pretrain from scratch; on Ray Train (local Ray unless RAY_ADDRESS) when num_workers > 1."""
@@ -113,6 +144,7 @@ def pretrain(shards_dir: str, output: str, model: str, num_workers: int = 2, num
     return {"output": output, "metrics": result["metrics"], "mlflow_run_id": result.get("mlflow_run_id")}
 
 
+@on_ray_cluster_when_asked
 def finetune(task: str, data_dir: str, model: str, output: str, epochs: int = 1, batch_size: int = 16,
              lr: float = 1e-4, max_len: int = 32, max_seq_length: int = 64, doc_stride: int = 32,
              max_query_length: int = 16) -> dict[str, Any]:

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.ray_head import ray_head  # noqa: F401  (session fixture: a real `ray start --head` cluster)
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 # No test may reach the network: HF libraries must read local files only.
