@@ -4,8 +4,8 @@ original XNLI TSV (all languages in one file) and the Baidu/ERNIE XNLI layout.
 Fields are split on tabs and nothing else: GLUE text holds unbalanced quote characters, so a
 quote must never start a quoted field (csv.QUOTE_NONE semantics); lines split on "\\n" only; the
 UTF-8 byte order mark of MRPC's files is dropped. Every row must have exactly the header's
-columns: a malformed row is an error with file and line, never a silently skipped example, so
-row counts are exact. Test files (no label column) read with `label=None`.
+columns, and a blank line is allowed only at the end of the file: a malformed row is an error with
+file and line, never a silently skipped example, so row counts are exact. Test files (no label column) read with `label=None`.
 """
 
 from __future__ import annotations
@@ -104,10 +104,16 @@ def get_task(task: str) -> TaskSpec:
 
 
 def iter_tsv(path: str | Path, what: str) -> Iterator[tuple[int, list[str]]]:
-    """(line number, fields) for every non-blank line, split on tabs only."""
+    """(line number, fields) for every line, split on tabs only.
+
+    Blank lines (nothing but spaces/tabs) are allowed only at the end of the file, where editors and
+    `cat` leave them. Anywhere else one is an error: a dropped or emptied row there would otherwise
+    vanish silently and shift every later prediction against its gold row.
+    """
     try:
         # Binary iteration splits on b"\n" only: a stray "\r" inside a field stays in that field.
         with open(path, "rb") as f:
+            first_blank = None  # line number of the first blank line not yet followed by a row
             for lineno, raw in enumerate(f, start=1):
                 try:
                     line = raw.decode("utf-8")
@@ -117,7 +123,12 @@ def iter_tsv(path: str | Path, what: str) -> Iterator[tuple[int, list[str]]]:
                     line = line.removeprefix("\ufeff")  # MRPC's files start with a BOM
                 line = line.removesuffix("\n").removesuffix("\r")
                 if not line.strip():
+                    first_blank = first_blank or lineno
                     continue
+                if first_blank is not None:
+                    raise BertPipelineError(f"{what} {path}, line {first_blank}: blank line before the row at line "
+                                            f"{lineno}; only the end of the file may have blank lines (a row "
+                                            "with every field empty is not a valid example)")
                 yield lineno, line.split("\t")
     except FileNotFoundError as exc:
         raise BertPipelineError(f"{what} not found: {path}") from exc

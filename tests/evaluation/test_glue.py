@@ -181,6 +181,8 @@ def test_prediction_label_outside_the_task_labels(tmp_path: Path) -> None:
             "expected the GLUE submission header 'index<TAB>prediction', got 'id\\\\tlabel'",
         ),
         ("index\tprediction\n0\t1\t1\n", "line 2: 3 tab-separated column"),
+        # A blank row would drop a prediction silently and shift the rest against the gold rows.
+        ("index\tprediction\n0\t1\n\t\n1\t0\n", r"pred.tsv, line 3: blank line before the row at line 4"),
     ],
 )
 def test_bad_prediction_files(tmp_path: Path, text: str, message: str) -> None:
@@ -215,6 +217,8 @@ def test_sts_b_prediction_must_be_a_number(tmp_path: Path) -> None:
         ("cola", "ab01\t1\tThe cat sat.\n", r"line 1: 3 tab-separated column\(s\), expected 4 \(no header"),
         ("sts-b", "sentence1\tsentence2\tscore\na\tb\thigh\n", r"line 2: score 'high' is not a number"),
         ("mnli", "", "is empty; expected the GLUE MNLI layout"),
+        ("mrpc", "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\ta\tb\n \n0\t3\t4\tc\td\n",
+         r"line 3: blank line before the row at line 4"),
         (
             "xnli",
             "premise\thypothesis\tgold\na\tb\tneutral\n",

@@ -75,6 +75,11 @@ def test_xnli_mt_training_layout_maps_contradictory(tmp_path):
     ("sentence\tlabel\nfine\t2\n", r"line 2: label '2' is not a SST-2 label; expected one of 0, 1"),
     ("", "is empty"),
     ("text\tlabel\nfine\t1\n", r"line 1: no 'sentence' column"),
+    # A blank line (empty, spaces, or tabs only) inside the file is an error, not a skipped row.
+    ("sentence\tlabel\nfine\t1\n\t\nnext\t0\n", r"line 3: blank line before the row at line 4"),
+    ("sentence\tlabel\nfine\t1\n \t \r\n\nnext\t0\n", r"line 3: blank line before the row at line 5"),
+    ("sentence\tlabel\nfine\t1\n\nnext\t0\n\n", r"line 3: blank line before the row at line 4"),
+    ("\nsentence\tlabel\nfine\t1\n", r"line 1: blank line before the row at line 2"),
 ])
 def test_malformed_files_name_file_and_line(tmp_path, content, message):
     path = tmp_path / "train.tsv"
@@ -82,6 +87,12 @@ def test_malformed_files_name_file_and_line(tmp_path, content, message):
     with pytest.raises(BertPipelineError, match=message) as err:
         read_examples("sst-2", path)
     assert str(path) in str(err.value)
+
+
+def test_blank_lines_at_the_end_of_the_file_are_not_rows(tmp_path):
+    path = tmp_path / "dev.tsv"
+    path.write_bytes(b"sentence\tlabel\r\nfine\t1\r\nnext\t0\r\n\r\n\t\n  \n")
+    assert [(e.text_a, e.label, e.line) for e in read_examples("sst-2", path)] == [("fine", "1", 2), ("next", "0", 3)]
 
 
 def test_not_utf8_and_unknown_task(tmp_path):
