@@ -22,8 +22,13 @@ Two ways of drawing, with the same distributions:
   seeded with the seed itself, so a single-file, single-unit run gives exactly Google's instances
   (bench/make_shards.py --check-exact compares them with the real script's).
 * default: segments are drawn the same way, but truncation draws how many tokens to cut from the
-  front at once (`truncate_seq_pair_fast`), and the instance shuffle and all masks come from a numpy
-  generator for the whole unit at once (`mask_instances`): about twice as fast.
+  front at once (`_truncate_spans`), and the instance shuffle and all masks come from a numpy
+  generator for the whole unit at once (`mask_instances`): several times faster.
+
+Either way an instance is made as two spans of the unit's concatenated tokens (`_document_spans`):
+A and B are runs of consecutive segments and truncation only cuts their ends, so no token is copied
+until the instance is written (by `_gather_instances`, for all instances of a unit at once, or one
+at a time when Google's draws need the tokens to mask).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -148,37 +153,23 @@ def unit_seed(seed: int, file_index: int, chunk_index: int) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-_ENCODE_BATCH = 32  # documents per encode_batch call
+_ENCODE_BATCH = 64  # documents per encode_ids_batch call: bounds the pieces held at once
 
 
 def tokenize_documents(tokenizer, documents: Sequence[Sequence[str]]) -> list[list[list[int]]]:
     """Token ids of every line of every document; lines without tokens are dropped, as Google does.
 
-    Each document is encoded as one text, its lines joined by " [SEP] ", and cut back into lines at the
-    [SEP] ids: BERT tokenization never crosses whitespace or a special token, so this equals encoding
-    line by line, with a fraction of the per-text overhead. No [SEP] can come from the text itself:
-    every "[" in it is followed by a space first, which Google's FullTokenizer ignores anyway ("[" is
-    punctuation, split off on its own) but which stops ours from reading "[SEP]" in the text as the
-    special token.
+    Google's FullTokenizer knows no special tokens, so "[MASK]" written in the text is "[", "mask",
+    "]" there; every "[" is followed by a space first, which changes nothing else ("[" is
+    punctuation, a token of its own) but keeps ours from reading a special token in the text.
     """
-    sep_id = tokenizer.vocab["[SEP]"]
-    texts = []
-    for document in documents:
-        texts.append(" [SEP] ".join(line.replace("[", "[ ") if "[" in line else line for line in document))
     result: list[list[list[int]]] = []
-    # In batches: an encoding holds tokens and offsets as Python objects (~350 bytes a token), while
-    # only the ids are kept.
-    for first in range(0, len(texts), _ENCODE_BATCH):
-        for encoding in tokenizer.encode_batch(texts[first: first + _ENCODE_BATCH], add_special_tokens=False):
-            ids = encoding.ids
-            cuts = np.flatnonzero(np.asarray(ids, dtype=np.int64) == sep_id).tolist()
-            lines = []
-            start = 0
-            for cut in [*cuts, len(ids)]:
-                if cut > start:
-                    lines.append(ids[start:cut])
-                start = cut + 1
-            result.append(lines)
+    for first in range(0, len(documents), _ENCODE_BATCH):
+        batch = documents[first: first + _ENCODE_BATCH]
+        lines = [line.replace("[", "[ ") if "[" in line else line for document in batch for line in document]
+        ids = iter(tokenizer.encode_ids_batch(lines))
+        for document in batch:
+            result.append([line for line in itertools.islice(ids, len(document)) if line])
     return result
 
 
@@ -197,50 +188,63 @@ class Instance:
 
 
 def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random) -> None:
-    """Truncate the longer sequence one token at a time, from the front or back at random."""
-    while True:
-        total_length = len(tokens_a) + len(tokens_b)
-        if total_length <= max_num_tokens:
-            break
-        trunc_tokens = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
-        assert len(trunc_tokens) >= 1
+    """Truncate the longer sequence one token at a time, from the front or back at random (in place)."""
+    start_a, len_a, start_b, len_b = _truncate_spans_google(0, len(tokens_a), 0, len(tokens_b), max_num_tokens,
+                                                            rng.random)
+    tokens_a[:] = tokens_a[start_a: start_a + len_a]
+    tokens_b[:] = tokens_b[start_b: start_b + len_b]
+
+
+def _truncate_spans_google(start_a: int, len_a: int, start_b: int, len_b: int, max_num_tokens: int,
+                           random_) -> tuple[int, int, int, int]:
+    """Google's truncate_seq_pair on two spans, a coin flip per removed token: (start, length) of each."""
+    while len_a + len_b > max_num_tokens:
         # Removing from the front as well as the back adds more randomness and avoids biases.
-        if rng.random() < 0.5:
-            del trunc_tokens[0]
+        if len_a > len_b:
+            len_a -= 1
+            if random_() < 0.5:
+                start_a += 1
         else:
-            trunc_tokens.pop()
+            len_b -= 1
+            if random_() < 0.5:
+                start_b += 1
+    return start_a, len_a, start_b, len_b
 
 
 def truncate_seq_pair_fast(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int,
                            getrandbits) -> tuple[list[int], list[int]]:
-    """truncate_seq_pair's result distribution without its token-by-token loop.
+    """truncate_seq_pair's result distribution without its token-by-token loop (see `_truncate_spans`)."""
+    start_a, keep_a, start_b, keep_b = _truncate_spans(0, len(tokens_a), 0, len(tokens_b), max_num_tokens,
+                                                       getrandbits)
+    return tokens_a[start_a: start_a + keep_a], tokens_b[start_b: start_b + keep_b]
+
+
+def _truncate_spans(start_a: int, len_a: int, start_b: int, len_b: int, max_num_tokens: int,
+                    getrandbits) -> tuple[int, int, int, int]:
+    """truncate_seq_pair on two spans: their (start, length) afterwards.
 
     Which side loses how many tokens does not depend on chance (always the longer one, B on ties);
     only whether each removal is at the front or the back does, a fair coin each time, so the number
-    taken from the front of a side is Binomial(removals, 1/2): the popcount of that many random bits.
+    taken from the front of a side is Binomial(removals, 1/2): the popcount of that many random bits
+    (drawn for A first, then B).
     """
-    la, lb = len(tokens_a), len(tokens_b)
-    excess = la + lb - max_num_tokens
+    excess = len_a + len_b - max_num_tokens
     if excess <= 0:
-        return tokens_a, tokens_b
-    keep_a, keep_b = la, lb
-    gap = min(excess, abs(la - lb))
-    if la > lb:
+        return start_a, len_a, start_b, len_b
+    keep_a, keep_b = len_a, len_b
+    gap = min(excess, abs(len_a - len_b))
+    if len_a > len_b:
         keep_a -= gap
     else:
         keep_b -= gap
     excess -= gap
     keep_b -= (excess + 1) // 2
     keep_a -= excess // 2
-
-    def cut(tokens: list[int], keep: int) -> list[int]:
-        removed = len(tokens) - keep
-        if not removed:
-            return tokens
-        front = bin(getrandbits(removed)).count("1")
-        return tokens[front: front + keep]
-
-    return cut(tokens_a, keep_a), cut(tokens_b, keep_b)
+    if keep_a < len_a:
+        start_a += bin(getrandbits(len_a - keep_a)).count("1")
+    if keep_b < len_b:
+        start_b += bin(getrandbits(len_b - keep_b)).count("1")
+    return start_a, keep_a, start_b, keep_b
 
 
 def create_masked_lm_predictions(tokens: list[int], config: ShardConfig, vocab: Vocab,
@@ -299,79 +303,104 @@ def create_masked_lm_predictions(tokens: list[int], config: ShardConfig, vocab: 
 
 
 def create_instances_from_document(all_documents: list[list[list[int]]], document_index: int,
-                                   config: ShardConfig, vocab: Vocab, rng: random.Random,
-                                   mask: bool = True) -> list[Instance]:
-    """Google's function of the same name, on ids (all_documents is the unit's documents).
+                                   config: ShardConfig, vocab: Vocab, rng: random.Random) -> list[Instance]:
+    """Google's function of the same name, on ids (all_documents is the unit's documents), masked."""
+    bounds = _segment_bounds(all_documents)
+    tokens = list(itertools.chain.from_iterable(itertools.chain.from_iterable(all_documents)))
+    return [_masked_instance(tokens, span, config, vocab, rng)
+            for span in _document_spans(bounds, document_index, config, rng, google_truncation=True)]
 
-    With mask=False the instances are left unmasked (masking then happens for a whole unit at once).
+
+Span = tuple[int, int, int, int, bool]  # (start of A, length of A, start of B, length of B, random next)
+
+
+def _segment_bounds(documents: list[list[list[int]]]) -> list[list[int]]:
+    """bounds[d][k]: where segment k of document d starts in the documents' concatenated tokens;
+    bounds[d][-1]: where document d ends."""
+    bounds: list[list[int]] = []
+    offset = 0
+    for document in documents:
+        starts = [offset]
+        for segment in document:
+            offset += len(segment)
+            starts.append(offset)
+        bounds.append(starts)
+    return bounds
+
+
+def _document_spans(bounds: list[list[int]], document_index: int, config: ShardConfig, rng: random.Random,
+                    google_truncation: bool) -> Iterator[Span]:
+    """Google's create_instances_from_document, up to masking, with instances as spans of tokens.
+
+    A and B are always runs of consecutive segments of one document, and truncation cuts them from
+    the ends, so each is a span of the documents' concatenated tokens and only segment lengths are
+    needed. The draws are Google's, call for call; truncation draws a coin per removed token with
+    `google_truncation`, else how many to cut from the front at once (`_truncate_spans`). A caller
+    that masks an instance before asking for the next one consumes `rng` exactly as Google's
+    script does.
     """
-    document = all_documents[document_index]
+    document = bounds[document_index]
+    num_segments = len(document) - 1
     getrandbits = rng.getrandbits
+    random_ = rng.random
     # Account for [CLS], [SEP], [SEP].
     max_num_tokens = config.max_seq_length - 3
     # Usually fill the whole sequence, but sometimes (short_seq_prob) a shorter one, to lessen the
     # mismatch between pretraining and fine-tuning on short inputs. Chosen once per document, as Google does.
     target_seq_length = max_num_tokens
-    if rng.random() < config.short_seq_prob:
+    if random_() < config.short_seq_prob:
         target_seq_length = _randint(getrandbits, 2, max_num_tokens)
-
-    instances: list[Instance] = []
-    current_chunk: list[list[int]] = []
-    current_length = 0
+    chunk_start = 0  # Google's current_chunk: segments chunk_start..i
     i = 0
-    while i < len(document):
-        segment = document[i]
-        current_chunk.append(segment)
-        current_length += len(segment)
-        if i == len(document) - 1 or current_length >= target_seq_length:
-            if current_chunk:
-                # How many segments of current_chunk go into A.
-                a_end = 1
-                if len(current_chunk) >= 2:
-                    a_end = _randint(getrandbits, 1, len(current_chunk) - 1)
-                tokens_a: list[int] = []
-                for j in range(a_end):
-                    tokens_a.extend(current_chunk[j])
-
-                tokens_b: list[int] = []
-                if len(current_chunk) == 1 or rng.random() < 0.5:
-                    is_random_next = True
-                    target_b_length = target_seq_length - len(tokens_a)
-                    # Ten tries at another document; in a one-document unit B comes from the same one.
-                    for _ in range(10):
-                        random_document_index = _randint(getrandbits, 0, len(all_documents) - 1)
-                        if random_document_index != document_index:
-                            break
-                    random_document = all_documents[random_document_index]
-                    random_start = _randint(getrandbits, 0, len(random_document) - 1)
-                    for j in range(random_start, len(random_document)):
-                        tokens_b.extend(random_document[j])
-                        if len(tokens_b) >= target_b_length:
-                            break
-                    # The segments not used for A are put back, so they are not wasted.
-                    num_unused_segments = len(current_chunk) - a_end
-                    i -= num_unused_segments
-                else:
-                    is_random_next = False
-                    for j in range(a_end, len(current_chunk)):
-                        tokens_b.extend(current_chunk[j])
-                if mask:
-                    truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
-                else:
-                    tokens_a, tokens_b = truncate_seq_pair_fast(tokens_a, tokens_b, max_num_tokens, getrandbits)
-                assert len(tokens_a) >= 1
-                assert len(tokens_b) >= 1
-
-                tokens = [vocab.cls_id, *tokens_a, vocab.sep_id, *tokens_b, vocab.sep_id]
-                if mask:
-                    tokens, positions, labels = create_masked_lm_predictions(tokens, config, vocab, rng)
-                else:
-                    positions, labels = [], []
-                instances.append(Instance(tokens, len(tokens_a), positions, labels, is_random_next))
-            current_chunk = []
-            current_length = 0
+    while i < num_segments:
+        if i == num_segments - 1 or document[i + 1] - document[chunk_start] >= target_seq_length:
+            chunk_size = i + 1 - chunk_start
+            # How many segments of the chunk go into A.
+            a_end = 1
+            if chunk_size >= 2:
+                a_end = _randint(getrandbits, 1, chunk_size - 1)
+            start_a = document[chunk_start]
+            len_a = document[chunk_start + a_end] - start_a
+            if chunk_size == 1 or random_() < 0.5:
+                is_random_next = True
+                target_b_length = target_seq_length - len_a
+                # Ten tries at another document; in a one-document unit B comes from the same one.
+                for _ in range(10):
+                    random_document_index = _randint(getrandbits, 0, len(bounds) - 1)
+                    if random_document_index != document_index:
+                        break
+                other = bounds[random_document_index]
+                random_start = _randint(getrandbits, 0, len(other) - 2)
+                start_b = other[random_start]
+                # Whole segments from there until B reaches its target length or the document ends.
+                end = random_start + 1
+                while end < len(other) - 1 and other[end] - start_b < target_b_length:
+                    end += 1
+                len_b = other[end] - start_b
+                # The segments not used for A are put back, so they are not wasted.
+                i -= chunk_size - a_end
+            else:
+                is_random_next = False
+                start_b = document[chunk_start + a_end]
+                len_b = document[i + 1] - start_b
+            if google_truncation:
+                span = _truncate_spans_google(start_a, len_a, start_b, len_b, max_num_tokens, random_)
+            else:
+                span = _truncate_spans(start_a, len_a, start_b, len_b, max_num_tokens, getrandbits)
+            if span[1] < 1 or span[3] < 1:
+                raise AssertionError(f"empty segment after truncation: A has {span[1]} tokens, B {span[3]}")
+            yield (*span, is_random_next)
+            chunk_start = i + 1
         i += 1
-    return instances
+
+
+def _masked_instance(tokens: list[int], span: Span, config: ShardConfig, vocab: Vocab,
+                     rng: random.Random) -> Instance:
+    start_a, len_a, start_b, len_b, is_random_next = span
+    instance = [vocab.cls_id, *tokens[start_a: start_a + len_a], vocab.sep_id,
+                *tokens[start_b: start_b + len_b], vocab.sep_id]
+    masked, positions, labels = create_masked_lm_predictions(instance, config, vocab, rng)
+    return Instance(masked, len_a, positions, labels, is_random_next)
 
 
 def create_instances(documents: list[list[list[int]]], config: ShardConfig, vocab: Vocab,
@@ -379,31 +408,66 @@ def create_instances(documents: list[list[list[int]]], config: ShardConfig, voca
     """Google's create_training_instances after tokenization (shuffle documents, dupe passes, shuffle
     instances, mask), returning the instances packed as shard arrays.
 
-    Instances are packed as they are made and the final shuffle permutes row indices, which keeps
-    memory at the packed size. With `google_random_stream` every draw is Google's (masks made one
-    instance at a time, as its script does; shuffling a list of indices draws the same numbers as
-    shuffling the instances). Otherwise segments are drawn the same way but the instance shuffle and
-    the masks come from a numpy generator for the whole unit at once (`mask_instances`): the same
-    distribution, several times faster.
+    With `google_random_stream` every draw is Google's: instances are masked one at a time as they
+    are made, as its script does, packed as they come, and the final shuffle permutes row indices
+    (shuffling a list of indices draws the same numbers as shuffling the instances). Otherwise
+    segments are drawn the same way, truncation draws fewer numbers (`_truncate_spans`), and the
+    instance shuffle and the masks come from a numpy generator for the whole unit at once
+    (`mask_instances`), the instances being copied from their spans in one vectorised gather
+    (`_gather_instances`): the same distribution, several times faster.
     """
     rng = random.Random(seed)
-    exact = config.google_random_stream
     documents = [d for d in documents if d]
     _shuffle(rng.getrandbits, documents)
-    packer = _Packer(config)
-    for _ in range(config.dupe_factor):
-        for document_index in range(len(documents)):
-            for instance in create_instances_from_document(documents, document_index, config, vocab, rng,
-                                                           mask=exact):
-                packer.add(instance)
+    bounds = _segment_bounds(documents)
+    exact = config.google_random_stream
+    spans = (span for _ in range(config.dupe_factor) for document_index in range(len(documents))
+             for span in _document_spans(bounds, document_index, config, rng, google_truncation=exact))
     if exact:
+        tokens = list(itertools.chain.from_iterable(itertools.chain.from_iterable(documents)))
+        packer = _Packer(config)
+        for span in spans:
+            packer.add(_masked_instance(tokens, span, config, vocab, rng))
         order = list(range(packer.rows))
         _shuffle(rng.getrandbits, order)
         return packer.arrays(order)
+    columns = [np.asarray(column, dtype=np.int64) for column in zip(*spans)] or [np.zeros(0, np.int64)] * 5
     generator = np.random.Generator(np.random.PCG64([seed & (2**64 - 1), 0x4D41534B]))
-    arrays = packer.arrays(generator.permutation(packer.rows))
+    order = generator.permutation(len(columns[0]))
+    tokens = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(documents)), dtype=np.int32)
+    arrays = _gather_instances(tokens, *(column[order] for column in columns), config, vocab)
     mask_instances(arrays, config, vocab, generator)
     return arrays
+
+
+def _gather_instances(tokens: np.ndarray, start_a: np.ndarray, len_a: np.ndarray, start_b: np.ndarray,
+                      len_b: np.ndarray, random_next: np.ndarray, config: ShardConfig,
+                      vocab: Vocab) -> dict[str, np.ndarray]:
+    """Shard arrays (ARCHITECTURE §5), unmasked, of instances [CLS] A [SEP] B [SEP] given as spans."""
+    n, t, p = len(len_a), config.max_seq_length, config.max_predictions_per_seq
+    input_ids = np.zeros((n, t), dtype=np.int32)
+    segment_ids = np.zeros((n, t), dtype=np.int8)
+    column = np.arange(t)[None, :]
+    for first in range(0, n, _BLOCK_ROWS):  # in blocks: the index arrays are 8 bytes per cell
+        rows = slice(first, first + _BLOCK_ROWS)
+        la, lb = len_a[rows, None], len_b[rows, None]
+        in_a = (column >= 1) & (column <= la)
+        in_b = (column >= la + 2) & (column < la + 2 + lb)
+        index = np.where(in_a, start_a[rows, None] + column - 1, np.where(in_b, start_b[rows, None] + column - la - 2, 0))
+        block = np.where(in_a | in_b, tokens[index] if len(tokens) else 0, 0).astype(np.int32)
+        block[:, 0] = vocab.cls_id
+        block[(column == la + 1) | (column == la + lb + 2)] = vocab.sep_id
+        input_ids[rows] = block
+        segment_ids[rows] = (column >= la + 2) & (column < la + lb + 3)
+    return {
+        "input_ids": input_ids,
+        "segment_ids": segment_ids,
+        "valid_lengths": (len_a + len_b + 3).astype(np.int32),
+        "masked_lm_positions": np.zeros((n, p), dtype=np.int32),
+        "masked_lm_ids": np.zeros((n, p), dtype=np.int32),
+        "masked_lm_weights": np.zeros((n, p), dtype=np.float32),
+        "next_sentence_labels": random_next.astype(np.int8),
+    }
 
 
 def mask_instances(arrays: dict[str, np.ndarray], config: ShardConfig, vocab: Vocab,

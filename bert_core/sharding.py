@@ -209,10 +209,12 @@ def open_executor(vocab_file: Path, config: ShardConfig, workers: int, backend: 
         context = multiprocessing.get_context("fork" if fork else "spawn")
         previous = os.environ.get("TOKENIZERS_PARALLELISM")
         if fork:
-            # Build the tokenizer (~1 s of character tables) once, here: forked workers inherit it. Its
-            # thread pool must not have run before the fork, hence the variable, restored below.
+            # Load the vocab once, here: forked workers inherit it. The Rust tokenizer (~1 s of
+            # character tables) is left to the workers, which build it only if they meet text that
+            # is not plain ASCII (see BertTokenizer.encode_ids_batch). If anything did run its thread
+            # pool before the fork, the variable (restored below) keeps the children from using it.
             os.environ["TOKENIZERS_PARALLELISM"] = "false"
-            _worker_context(*args[:2])[0].encode_batch(["warm up"], add_special_tokens=False)
+            _worker_context(*args[:2])
         pool = context.Pool(workers, initializer=_init_process, initargs=args[:2])
         if fork:
             if previous is None:
@@ -349,6 +351,13 @@ def _check_existing_output(output: str, config: ShardConfig, inputs: dict[str, s
     )
 
 
+def rates(stats: RunStats, seconds: float) -> str:
+    """The progress bar's postfix: documents, instances and tokens per second since the start."""
+    seconds = max(seconds, 1e-9)
+    return (f"{stats.documents / seconds:,.0f} doc/s, {stats.instances / seconds:,.0f} inst/s, "
+            f"{stats.tokens / seconds:,.0f} tok/s")
+
+
 def _progress(enabled: bool | None):
     from tqdm import tqdm
 
@@ -402,10 +411,8 @@ def make_shards(inputs: list[str], output: str, vocab_file: str, config: ShardCo
             stats.random_next += int(arrays["next_sentence_labels"].sum())
             stats.masked += int(arrays["masked_lm_weights"].sum())
             writer.add(arrays)
-            elapsed = max(time.perf_counter() - clock, 1e-9)
             bar.update(result.documents)
-            bar.set_postfix_str(f"{stats.instances / elapsed:,.0f} inst/s, {stats.tokens / elapsed:,.0f} tok/s",
-                                refresh=False)
+            bar.set_postfix_str(rates(stats, time.perf_counter() - clock), refresh=False)
         written = writer.close()
         if not written:
             raise BertPipelineError(

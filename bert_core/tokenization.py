@@ -23,6 +23,7 @@ such a text takes the reference instead: see `BertTokenizer._needs_reference`.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import operator
 import re
@@ -48,6 +49,12 @@ _TRUNCATIONS = ("longest_first", "only_first", "only_second", None)
 # tokens is a prefix of another, so leftmost alternation finds the same matches).
 _SPECIAL_SPLIT = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")")
 _BRACKETED = re.compile(r"\[[^\[\]]{1,64}\]")
+# A piece of printable ASCII text cut at BERT's punctuation (all non-alphanumeric ASCII), each
+# punctuation character on its own: what BasicTokenizer makes of it, but lower-casing.
+_ASCII_WORDS = re.compile(r"[!-/:-@\[-`{-~]|[^!-/:-@\[-`{-~]+")
+# Pieces whose ids `encode_ids_batch` keeps (about 200 bytes each): a few MB, and most of the
+# word occurrences of natural text.
+_PIECE_CACHE_LIMIT = 1 << 17
 
 
 # --------------------------------------------------------------------------------------------
@@ -446,6 +453,11 @@ class BertTokenizer:
         self.basic_tokenizer = BasicTokenizer(do_lower_case, tokenize_chinese_chars, strip_accents)
         self.wordpiece_tokenizer = WordpieceTokenizer(self.vocab, UNK, max_input_chars_per_word)
         self._fast_tokenizer: Tokenizer | None = None  # built on first use: `tokenize` does not need it
+        self._piece_ids: dict[str, tuple[int, ...]] = {}  # encode_ids_batch's cache
+
+    def __getstate__(self) -> dict:
+        # The cache is rebuilt where the tokenizer goes: shipping it to workers would cost more.
+        return {**self.__dict__, "_piece_ids": {}}
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path) -> BertTokenizer:
@@ -626,6 +638,67 @@ class BertTokenizer:
         if "".join(chunks) != normalize(raw_word) or len(first_raw) != len(last_raw):
             return None
         return first_raw, last_raw
+
+    # ---- ids only, for bulk text ------------------------------------------------------------
+
+    def encode_ids_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """The ids of `tokenize(text)` for each text (no special tokens added): the fastest path, for
+        bulk text such as a pretraining corpus, where neither tokens nor offsets are needed.
+
+        Tokenization never crosses an ASCII space: cleaning keeps it, it always breaks words, a
+        special token holds none, and NFC neither composes with it nor reorders across it. So a
+        text's ids are those of its space-separated pieces in order, and a piece's ids are cached:
+        natural text repeats its words, so most pieces are found there. A new piece of printable
+        ASCII only meets lower-casing, punctuation splitting and WordPiece, done here in Python; any
+        other piece (accents, other scripts, tabs, control characters, brackets) goes through
+        `encode_batch`, in one batch.
+        """
+        if isinstance(texts, str):
+            raise BertPipelineError("encode_ids_batch takes a list of texts")
+        for index, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise BertPipelineError(f"texts[{index}] is {type(text).__name__}, not str")
+        split = [text.split(" ") for text in texts]
+        cache = self._piece_ids
+        missing = set(itertools.chain.from_iterable(split)).difference(cache)
+        if missing:
+            if len(cache) + len(missing) > _PIECE_CACHE_LIMIT:
+                cache.clear()  # bounded memory; the frequent pieces come back at once
+                missing = set(itertools.chain.from_iterable(split))
+            self._cache_pieces(missing)
+        get = cache.__getitem__
+        return [list(itertools.chain.from_iterable(map(get, pieces))) for pieces in split]
+
+    def _cache_pieces(self, pieces: Iterable[str]) -> None:
+        cache = self._piece_ids
+        lower = self.basic_tokenizer.do_lower_case
+        others = []
+        for piece in pieces:
+            # Printable ASCII without "[" (which may start a special token) has no cleaning, CJK, NFC
+            # or accents to apply, and no whitespace, as the text was split at its spaces.
+            if piece.isascii() and piece.isprintable() and "[" not in piece:
+                words = _ASCII_WORDS.findall(piece.lower() if lower else piece)
+                if len(words) == 1 and words[0] == piece:
+                    self._cache_ascii_word(piece)
+                else:
+                    # Each word is a piece too, so "Word," and "word." share the entry of "word".
+                    cache[piece] = tuple(itertools.chain.from_iterable(
+                        cache.get(word) or self._cache_ascii_word(word) for word in words))
+            else:
+                others.append(piece)
+        if others:
+            for piece, encoded in zip(others, self._pieces_batch(others, "texts")):
+                cache[piece] = tuple(encoded.ids)
+
+    def _cache_ascii_word(self, word: str) -> tuple[int, ...]:
+        """WordPiece ids of a word that basic tokenization leaves as it is, cached."""
+        whole = self.vocab.get(word)  # what greedy longest-match tries first
+        if whole is not None and len(word) <= self.max_input_chars_per_word:
+            ids: tuple[int, ...] = (whole,)
+        else:
+            ids = tuple(map(self.vocab.__getitem__, self.wordpiece_tokenizer.tokenize(word)))
+        self._piece_ids[word] = ids
+        return ids
 
     # ---- fast path -------------------------------------------------------------------------
 

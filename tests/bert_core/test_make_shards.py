@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -69,17 +70,53 @@ def test_byte_identical_whatever_the_workers(corpus, tmp_path):
     assert digests(tmp_path / "seed7") != base
 
 
+def test_backend_is_ray_tasks_when_ray_address_is_set(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert sharding.choose_backend("auto", 1) == "inline"
+    assert sharding.choose_backend("auto", 3) == "process"
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head.example:10001")
+    assert sharding.choose_backend("auto", 1) == "ray" and sharding.choose_backend("auto", 4) == "ray"
+    assert sharding.choose_backend("process", 2) == "process"  # an explicit choice wins
+    monkeypatch.setenv("RAY_ADDRESS", "")
+    assert sharding.choose_backend("auto", 2) == "process"
+    with pytest.raises(BertPipelineError, match="backend must be one of"):
+        sharding.choose_backend("threads", 2)
+
+
 @pytest.mark.slow
-def test_ray_tasks_give_the_same_bytes(corpus, tmp_path):
+def test_ray_tasks_give_the_same_bytes(corpus, tmp_path, monkeypatch, caplog):
     ray = pytest.importorskip("ray")
     sharding.make_shards([str(corpus)], str(tmp_path / "inline"), VOCAB, SMALL)
     # address="local": a fresh local instance, even when another Ray cluster runs on this machine.
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        sharding.make_shards([str(corpus)], str(tmp_path / "ray"), VOCAB, SMALL, workers=2, backend="ray")
+        # No backend given: RAY_ADDRESS alone sends the units to the cluster as Ray tasks.
+        monkeypatch.setenv("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
+        with caplog.at_level(logging.INFO, logger="bert_core.sharding"):
+            sharding.make_shards([str(corpus)], str(tmp_path / "ray"), VOCAB, SMALL, workers=2)
     finally:
         ray.shutdown()
+    assert "backend ray" in caplog.text
     assert digests(tmp_path / "ray") == digests(tmp_path / "inline")
+
+
+def test_progress_bar_shows_document_instance_and_token_rates(corpus, tmp_path, capsys):
+    result = sharding.make_shards([str(corpus)], str(tmp_path / "out"), VOCAB, SMALL, progress=True)
+    err = capsys.readouterr().err
+    assert "make-shards" in err
+    # The last postfix the bar shows covers the whole run: its rates share one elapsed time, so
+    # their ratios are those of the run's totals.
+    found = re.findall(r"([\d,]+) doc/s, ([\d,]+) inst/s, ([\d,]+) tok/s", err)
+    assert found, err
+    docs, instances, tokens = (int(x.replace(",", "")) for x in found[-1])
+    totals = result["totals"]
+    assert docs > 0 and instances > 0 and tokens > 0
+    assert tokens / instances == pytest.approx(totals["tokens"] / totals["instances"], rel=0.01)
+    assert instances / docs == pytest.approx(totals["instances"] / totals["documents"], rel=0.01)
+    stats = sharding.RunStats(documents=10, instances=250, tokens=12_000)
+    assert sharding.rates(stats, 2.0) == "5 doc/s, 125 inst/s, 6,000 tok/s"
+    sharding.make_shards([str(corpus)], str(tmp_path / "quiet"), VOCAB, SMALL, progress=False)
+    assert "doc/s" not in capsys.readouterr().err
 
 
 def test_memory_is_bounded_by_the_unit_not_the_corpus(tmp_path):

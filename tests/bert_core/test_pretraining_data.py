@@ -262,8 +262,11 @@ def test_same_seed_same_arrays_other_seed_other_arrays(corpus, vocab, exact):
 # --------------------------------------------------------------------------------------------
 
 
-def google_reference(documents_tokens, vocab_words, config: ShardConfig, rng: random.Random):
-    """Google's create_training_instances (after tokenization), written out with strings."""
+def google_reference(documents_tokens, vocab_words, config: ShardConfig, rng: random.Random, fast: bool = False):
+    """Google's create_training_instances (after tokenization), written out with strings.
+
+    fast=True: what the default (not google_random_stream) path draws from `rng`: the same, but for
+    truncation (truncate_seq_pair_fast) and no masks or final shuffle (numpy draws those)."""
     all_documents = [d for d in documents_tokens if d]
     rng.shuffle(all_documents)
     out = []
@@ -298,6 +301,12 @@ def google_reference(documents_tokens, vocab_words, config: ShardConfig, rng: ra
                         else:
                             random_next = False
                             b = [t for seg in chunk[a_end:] for t in seg]
+                        if fast:
+                            a, b = pd.truncate_seq_pair_fast(a, b, max_num_tokens, rng.getrandbits)
+                            out.append((["[CLS]", *a, "[SEP]", *b, "[SEP]"], len(a), [], random_next))
+                            chunk, length = [], 0
+                            i += 1
+                            continue
                         while len(a) + len(b) > max_num_tokens:
                             longer = a if len(a) > len(b) else b
                             if rng.random() < 0.5:
@@ -333,7 +342,8 @@ def google_reference(documents_tokens, vocab_words, config: ShardConfig, rng: ra
                         out.append((shown, len(a), masked, random_next))
                     chunk, length = [], 0
                 i += 1
-    rng.shuffle(out)
+    if not fast:
+        rng.shuffle(out)
     return out
 
 
@@ -357,3 +367,22 @@ def test_equals_googles_algorithm_draw_for_draw(tokenizer, vocab, whole_word_mas
         assert arrays["masked_lm_positions"][r, :k].tolist() == [p for p, _ in masked]
         assert arrays["masked_lm_ids"][r, :k].tolist() == tokenizer.convert_tokens_to_ids([t for _, t in masked])
         assert arrays["next_sentence_labels"][r] == int(random_next)
+
+
+def test_default_path_makes_the_instances_of_googles_segment_draws(tokenizer, vocab):
+    """The default path builds instances as spans of the unit's tokens: the same A and B segments,
+    random-next labels and truncation lengths as the list-based algorithm drawing the same numbers."""
+    docs = documents(40, seed=9, min_sentences=1, max_sentences=20)
+    docs.append(["one lonely sentence that forms a whole document ."])
+    token_docs = [[tokenizer.tokenize(line) for line in doc] for doc in docs]
+    config = ShardConfig(max_seq_length=48, max_predictions_per_seq=7, short_seq_prob=0.3, dupe_factor=2)
+    expected = google_reference(token_docs, list(tokenizer.vocab), config, random.Random(31), fast=True)
+    id_docs = [[tokenizer.convert_tokens_to_ids(line) for line in doc] for doc in token_docs]
+    arrays = pd.create_instances(id_docs, config, vocab, 31)
+    ids = original_ids(arrays)
+    got = sorted((tuple(ids[r, : arrays["valid_lengths"][r]].tolist()), int(arrays["segment_ids"][r].argmax()) - 2,
+                  int(arrays["next_sentence_labels"][r])) for r in range(len(ids)))
+    want = sorted((tuple(tokenizer.convert_tokens_to_ids(shown)), len_a, int(random_next))
+                  for shown, len_a, _, random_next in expected)
+    assert len(got) == len(want) > 100
+    assert got == want

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import pickle
+import random
 import unicodedata
 from pathlib import Path
 
@@ -165,6 +166,48 @@ def test_fast_path_equals_reference(name):
     for text, encoding in zip(texts, tok.encode_batch(texts, add_special_tokens=False)):
         assert encoding.tokens == tok.tokenize(text), repr(text)
         assert encoding.ids == tok.convert_tokens_to_ids(tok.tokenize(text)), repr(text)
+
+
+@functools.cache
+def fuzz() -> list[str]:
+    """Random strings over all of ASCII (controls, tabs, brackets), special tokens, spaces and a few
+    non-ASCII characters, to cut text into pieces where `encode_ids_batch` might go wrong."""
+    rng = random.Random(0)
+    alphabet = [chr(i) for i in range(128)] + [" "] * 20 + ["[MASK]", "[SEP]", "[MA\u200bSK]", "é", "e\u0301",
+                                                             "\u200b", "\u00a0", "中", "Σ", "the", "##", "aff"]
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(2000)]
+
+
+@pytest.mark.parametrize("name", VOCABS)
+def test_ids_path_equals_reference(name, monkeypatch):
+    tok = BertTokenizer(*VOCABS[name])
+    texts = CORPUS + sweep() + fuzz()
+    expected = [tok.convert_tokens_to_ids(tok.tokenize(text)) for text in texts]
+    assert tok.encode_ids_batch(texts) == expected
+    # Again from the cache, in another order; and with a cache so small that it is cleared often.
+    assert tok.encode_ids_batch(texts[::-1]) == expected[::-1]
+    monkeypatch.setattr("bert_core.tokenization._PIECE_CACHE_LIMIT", 50)
+    small = BertTokenizer(*VOCABS[name])
+    for first in range(0, len(texts), 20):
+        assert small.encode_ids_batch(texts[first: first + 20]) == expected[first: first + 20]
+        assert len(small._piece_ids) <= 50 + 20 * 40
+
+
+def test_ids_path_keeps_plain_ascii_out_of_rust():
+    tok = BertTokenizer(UNCASED)
+    text = "The U.S.A. (and Mr. Smith's 3,000 dollars) won't-stop at 50%; ok?"
+    assert tok.encode_ids_batch([text, "", "  two  spaces "]) == [
+        tok.convert_tokens_to_ids(tok.tokenize(t)) for t in (text, "", "  two  spaces ")]
+    assert tok._fast_tokenizer is None  # neither the Rust pipeline nor its character tables were built
+    tok.encode_ids_batch(["tab\tinside"])
+    assert tok._fast_tokenizer is not None  # a tab is left to the general path
+    assert "The" in tok._piece_ids and "the" in tok._piece_ids  # "The" shares the entry of "the"
+    clone = pickle.loads(pickle.dumps(tok))
+    assert clone._piece_ids == {} and clone.encode_ids_batch([text]) == tok.encode_ids_batch([text])
+    with pytest.raises(BertPipelineError, match="list of texts"):
+        tok.encode_ids_batch(text)
+    with pytest.raises(BertPipelineError, match=r"texts\[1\] is int"):
+        tok.encode_ids_batch(["ok", 3])
 
 
 def test_corpus_exercises_what_it_claims():
