@@ -69,9 +69,12 @@ def write(manifest: dict[str, Any], out_dir: str | os.PathLike) -> Path:
 
 
 def read(out_dir: str | os.PathLike) -> dict[str, Any]:
-    path = Path(out_dir) / MANIFEST
+    """The manifest of a local output directory or an s3:// output prefix."""
+    from bert_core import storage
+
+    path = storage.join(str(out_dir), MANIFEST)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(storage.read_text(path))
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no manifest (the step has not completed here)") from None
     except json.JSONDecodeError as exc:

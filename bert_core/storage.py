@@ -108,6 +108,31 @@ def upload_file(src: Path, uri: str) -> None:
     s3_client().upload_file(str(src), bucket, key)
 
 
+def read_text(uri: str) -> str:
+    """A small text file (a manifest, a report) from a local path or an s3 object."""
+    if not is_s3(uri):
+        return local_path(uri).read_text(encoding="utf-8")
+    bucket, key = split_s3(uri)
+    client = s3_client()
+    try:
+        return client.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8")
+    except client.exceptions.NoSuchKey:
+        raise FileNotFoundError(f"{uri}: no such object") from None
+
+
+def write_text(uri: str, text: str) -> None:
+    """Write a small text file in one step: a local temp file renamed into place, or one S3 PUT (atomic)."""
+    if is_s3(uri):
+        bucket, key = split_s3(uri)
+        s3_client().put_object(Bucket=bucket, Key=key, Body=text.encode("utf-8"))
+        return
+    path = local_path(uri)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("BERT_PIPELINE_CACHE", Path.home() / ".cache" / "bert-pipeline"))
 

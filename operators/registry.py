@@ -169,8 +169,36 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
     log.info("%s version %s: %s (%s)", name, version, "promoted to champion" if promoted else "not promoted",
              "; ".join(reasons))
     if report_path is not None:
-        path = Path(report_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        report["report_path"] = str(path)
+        from bert_core import storage
+
+        storage.write_text(str(report_path), json.dumps(report, indent=2) + "\n")
+        report["report_path"] = str(report_path)
     return report
+
+
+def download_model_dir(name: str, version: str, tracking_uri: str | None = None) -> Path:
+    """A local copy of the model directory (config.json, weights, vocab.txt) of a registered version."""
+    import mlflow
+
+    from bert_core.errors import BertPipelineError
+
+    _client(tracking_uri)
+    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}"))
+    configs = sorted(local.rglob("config.json"), key=lambda p: len(p.parts))
+    if not configs:
+        raise BertPipelineError(f"{name} version {version}: the logged model holds no config.json (was it logged "
+                                "with bert_core.tracking's log_model_dir?)")
+    return configs[0].parent
+
+
+def latest_versions(name: str, tracking_uri: str | None = None) -> dict[str, str | None]:
+    """{"champion": version or None, "newest": the highest version number or None} of a registered model."""
+    client = _client(tracking_uri)
+    versions = [int(v.version) for v in client.search_model_versions(f"name='{name}'")]
+    return {"champion": current_version(client, name, CHAMPION),
+            "newest": str(max(versions)) if versions else None}
+
+
+def registered_names(prefix: str = "bert-", tracking_uri: str | None = None) -> list[str]:
+    client = _client(tracking_uri)
+    return sorted(m.name for m in client.search_registered_models() if m.name.startswith(prefix))

@@ -149,7 +149,7 @@ def finetune(task: str, data_dir: str, model: str, output: str, epochs: int = 1,
              lr: float = 1e-4, max_len: int = 32, max_seq_length: int = 64, doc_stride: int = 32,
              max_query_length: int = 16) -> dict[str, Any]:
     """Fine-tune `model` on `task`; the MLflow run (experiment bert-finetune/<task>) holds the logged model."""
-    from bert_core import manifest
+    from bert_core import manifest, storage
     from bert_core.errors import BertPipelineError
     from bert_core.finetune import FinetuneConfig
     from bert_core.finetune import finetune as run
@@ -164,8 +164,8 @@ def finetune(task: str, data_dir: str, model: str, output: str, epochs: int = 1,
     ensure_experiment(f"bert-finetune/{name}")
     tracker = build_tracker(True, experiment=f"bert-finetune/{name}")
     try:
-        before = manifest.read(output) if (Path(output) / manifest.MANIFEST).is_file() else None
-    except BertPipelineError:  # not a valid manifest: the step itself reports it
+        before = manifest.read(output)
+    except (FileNotFoundError, BertPipelineError):  # none yet, or not valid: the step itself reports the latter
         before = None
     try:
         result = run(config, score_predictions, tracker)
@@ -175,7 +175,7 @@ def finetune(task: str, data_dir: str, model: str, output: str, epochs: int = 1,
             # records the existing model, making it registrable like a fresh one.
             tracker.log_metrics({f"best/{k}": v for k, v in result["metrics"].items()}, step=0)
             tracker.set_tags({"reused_output": output})
-            tracker.log_model_dir(Path(output) / "model")
+            tracker.log_model_dir(storage.local_dir(storage.join(output, "model")))
     except BaseException:
         tracker.end("FAILED")
         raise
@@ -186,23 +186,32 @@ def finetune(task: str, data_dir: str, model: str, output: str, epochs: int = 1,
 
 def evaluate(finetuned: dict[str, Any], output: str) -> dict[str, Any]:
     """Score the fine-tuned model's dev predictions with the official-equivalent scorer; writes
-    `metrics.json` and `manifest.json` in `output`; returns `finetuned` with these metrics."""
-    from bert_core import manifest
+    `metrics.json` and `manifest.json` in `output` (a directory or s3:// prefix, written atomically);
+    returns `finetuned` with these metrics."""
+    import tempfile
+
+    from bert_core import manifest, storage
     from bert_core.tasks import registry as tasks
     from evaluation.scoring import score_predictions
 
     started = manifest.now()
     task = tasks.get(finetuned["task"])
-    gold = tasks.find_file(finetuned["data_dir"], task.dev_files, "dev", task)
-    predictions = Path(finetuned["output"]) / ("predictions.json" if task.kind == "squad" else "dev_predictions.tsv")
-    metrics = score_predictions(task.name, gold, predictions)
-    out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    inputs = {str(p): manifest.sha256_file(p) for p in (Path(gold), predictions)}
-    manifest.write(manifest.build("evaluate", {"task": task.name}, inputs, out, ["metrics.json"], started,
-                                  metrics=metrics), out)
-    return {**finetuned, "metrics": metrics, "evaluation": str(out)}
+    gold = tasks.find_file(storage.local_dir(finetuned["data_dir"]), task.dev_files, "dev", task)
+    name = "predictions.json" if task.kind == "squad" else "dev_predictions.tsv"
+    with tempfile.TemporaryDirectory(prefix="bert-evaluate-") as scratch:
+        predictions = Path(scratch) / name
+        source = storage.join(finetuned["output"], name)
+        if storage.is_s3(source):
+            storage.download_file(source, predictions)
+        else:
+            predictions = storage.local_path(source)
+        metrics = score_predictions(task.name, gold, predictions)
+        inputs = {str(gold): manifest.sha256_file(gold), source: manifest.sha256_file(predictions)}
+    with storage.atomic_output_dir(output, overwrite=True) as out:
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        manifest.write(manifest.build("evaluate", {"task": task.name}, inputs, out, ["metrics.json"], started,
+                                      metrics=metrics), out)
+    return {**finetuned, "metrics": metrics, "evaluation": output}
 
 
 def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool = True,
@@ -218,18 +227,19 @@ def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool
     if not promote:
         return {"name": name, "candidate": registered["version"], "promoted": None,
                 "candidate_metrics": registered["metrics"]}
+    from bert_core import storage
+
     return registry.promote(name, registered["version"], floors=floors,
-                            report_path=Path(report_dir) / f"{name}-v{registered['version']}.json")
+                            report_path=storage.join(report_dir, f"{name}-v{registered['version']}.json"))
 
 
 def summarize(results: list[dict[str, Any]], output: str) -> dict[str, Any]:
     """Collect the registry decisions into `output` (JSON) and return them."""
+    from bert_core import storage
     from bert_core.tracking import default_tracking_uri
 
-    path = Path(output)
-    summary = {"tracking_uri": default_tracking_uri(), "summary_file": str(path), "models": list(results)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(summary, indent=2) + "\n")
+    summary = {"tracking_uri": default_tracking_uri(), "summary_file": output, "models": list(results)}
+    storage.write_text(output, json.dumps(summary, indent=2) + "\n")
     return summary
 
 
@@ -242,22 +252,27 @@ def plan_demo(params: dict[str, Any], run_id: str | None) -> dict[str, str]:
 
 
 def work_dir(params: dict[str, Any], run_id: str | None, kind: str) -> str:
-    """params["work_dir"], or $BERT_PIPELINE_HOME/<kind>/<run id> (made path-safe)."""
+    """params["work_dir"] (a directory or an s3:// prefix), or $BERT_PIPELINE_HOME/<kind>/<run id> (made
+    path-safe)."""
     import re
 
+    from bert_core import storage
     from bert_core.tracking import pipeline_home
 
+    given = (params.get("work_dir") or "").strip()
+    if storage.is_s3(given):
+        return given.rstrip("/")
     safe_run = re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id or "manual")
-    work = Path(params.get("work_dir") or pipeline_home() / kind / safe_run).absolute()
+    work = storage.local_path(given or pipeline_home() / kind / safe_run).absolute()
     work.mkdir(parents=True, exist_ok=True)
     return str(work)
 
 
 def segmented_files(segmented: str) -> list[str]:
     """The per-input files a segment output directory holds (the fan-out of make-shards)."""
-    from bert_core import manifest
+    from bert_core import manifest, storage
 
-    return [str(Path(segmented) / entry["path"]) for entry in manifest.read(segmented)["outputs"]]
+    return [storage.join(segmented, entry["path"]) for entry in manifest.read(segmented)["outputs"]]
 
 
 def plan_finetune(params: dict[str, Any], run_id: str | None) -> list[dict[str, str]]:

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bert_core import storage
 from bert_core.errors import BertPipelineError
 
 DAG_MODULE = "pipelines.bert_demo"
@@ -31,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home", metavar="DIR",
                         help="embedded home for Airflow, MLflow, Ray results and the run's artifacts "
                              "(default: $BERT_PIPELINE_HOME or ./.bert-pipeline)")
+    parser.add_argument("--work-dir", metavar="DIR_OR_URI",
+                        help="where the run's artifacts go: a directory or an s3:// prefix (AWS_ENDPOINT_URL and the "
+                             "usual AWS credentials apply) (default: HOME/demo/<UTC timestamp>)")
     parser.add_argument("--conf", metavar="JSON", default="{}",
                         help='DAG params to override, as JSON, e.g. \'{"pretrain_steps": 10}\'')
 
@@ -79,7 +83,7 @@ def summary_text(home: Path, summary: dict[str, Any]) -> str:
     uri = summary["tracking_uri"]
     lines += [
         "",
-        f"Artifacts (manifests, models, predictions): {Path(summary['summary_file']).parent}",
+        f"Artifacts (manifests, models, predictions): {summary['summary_file'].rsplit('/', 1)[0]}",
         f"Summary: {summary['summary_file']}",
         f"MLflow UI:  mlflow ui --backend-store-uri {uri} --port 5000   (then http://127.0.0.1:5000)",
         f"Airflow UI: AIRFLOW_HOME={home / 'airflow'} AIRFLOW__CORE__DAGS_FOLDER={pipelines_dir()} "
@@ -95,12 +99,18 @@ def run(args: argparse.Namespace) -> int:
         raise BertPipelineError(f"--conf: not JSON ({exc.msg})") from None
     home = setup_home(args.home)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+    if args.work_dir:
+        conf["work_dir"] = args.work_dir
     conf.setdefault("work_dir", str(home / "demo" / stamp))
     dag_run = run_dag(conf)
     state = str(getattr(dag_run, "state", ""))
-    summary_file = Path(conf["work_dir"]) / "demo_summary.json"
-    if not state.endswith("success") or not summary_file.is_file():
+    summary_file = storage.join(conf["work_dir"], "demo_summary.json")
+    try:
+        summary = json.loads(storage.read_text(summary_file)) if state.endswith("success") else None
+    except FileNotFoundError:
+        summary = None
+    if summary is None:
         raise BertPipelineError(f"the bert_demo run ended in state {state or 'unknown'}; see the task logs above "
                                 f"and the artifacts under {conf['work_dir']}")
-    print(summary_text(home, json.loads(summary_file.read_text())))
+    print(summary_text(home, summary))
     return 0

@@ -16,7 +16,7 @@ def dagbag():
 
 def test_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert {"bert_demo", "bert_finetune", "bert_pretraining"} <= set(dagbag.dags)
+    assert {"bert_demo", "bert_finetune", "bert_pretraining", "bert_nightly_regression"} <= set(dagbag.dags)
 
 
 def test_every_param_has_default_and_description(dagbag):
@@ -71,3 +71,14 @@ def test_pretraining_dag_maps_make_shards_over_input_files(dagbag):
     edges = _edges(dag)
     assert chain <= edges and {e for e in edges if e[0] != "plan"} == chain
     assert {t.task_id for t in dag.tasks if t.is_mapped} == {"make_shards", "validate_shards"}
+
+
+def test_nightly_dag_is_scheduled_daily_and_maps_over_models(dagbag):
+    dag = dagbag.dags["bert_nightly_regression"]
+    assert dag.schedule == "@daily" and dag.timetable.expression == "0 0 * * *" and not dag.catchup
+    assert _edges(dag) == {("work_dir", "evaluate"), ("plan", "evaluate"), ("work_dir", "throughput"),
+                           ("work_dir", "compare_and_report"), ("evaluate", "compare_and_report"),
+                           ("throughput", "compare_and_report")}
+    assert {t.task_id for t in dag.tasks if t.is_mapped} == {"evaluate"}
+    assert dag.get_task("compare_and_report").trigger_rule == "none_failed"
+    assert dag.params["quality_tolerance"] == 0.01

@@ -1,0 +1,144 @@
+"""Regression comparison for the nightly benchmark: tonight's numbers against a reference, within tolerances,
+and the Markdown report with plots that the `bert_nightly_regression` DAG logs to MLflow.
+
+Pure functions on plain dicts (no MLflow, no Airflow), so the rule itself is unit-tested.
+
+Metric keys are `<model>/<metric>` for quality (e.g. `bert-sst-2/accuracy`) and `throughput/<config>/<mode>`
+for speed, whose value is the ratio of our tokens/s to the transformers peer measured in the same run: the
+ratio, not the absolute rate, is what stays comparable from one night (and machine load) to the next.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+# Lower is better for these metric names; every other metric is higher-is-better.
+LOWER_IS_BETTER = frozenset({"loss", "mlm_loss", "nsp_loss", "eval_loss"})
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """How far a metric may fall below its reference before it counts as a regression.
+
+    quality: relative drop allowed for task metrics (0.01 = 1% of the reference value; scale-free, so it
+    suits accuracy in [0, 1] and SQuAD F1 in [0, 100] alike). quality_abs: a floor on the allowed drop, so
+    tiny references do not make noise a regression. throughput: relative drop allowed for speed ratios.
+    """
+
+    quality: float = 0.01
+    quality_abs: float = 1e-6
+    throughput: float = 0.2
+
+    def allowed_drop(self, key: str, reference: float) -> float:
+        if key.startswith("throughput/"):
+            return self.throughput * abs(reference)
+        return max(self.quality * abs(reference), self.quality_abs)
+
+
+@dataclass(frozen=True)
+class Finding:
+    key: str
+    current: float | None
+    reference: float | None
+    delta: float | None  # current - reference
+    allowed_drop: float | None
+    regressed: bool
+    note: str = ""
+
+
+def _metric_name(key: str) -> str:
+    return key.rsplit("/", 1)[-1]
+
+
+def compare(current: dict[str, float], reference: dict[str, float], tolerances: Tolerances,
+            keys: list[str] | None = None) -> list[Finding]:
+    """One finding per key of `reference` (or `keys`): regressed when the current value is worse than the
+    reference by more than the allowed drop, or missing/NaN where the reference has a value."""
+    findings = []
+    for key in keys if keys is not None else sorted(reference):
+        ref = reference.get(key)
+        cur = current.get(key)
+        if ref is None or (isinstance(ref, float) and math.isnan(ref)):
+            findings.append(Finding(key, cur, None, None, None, False, "no reference value"))
+            continue
+        allowed = tolerances.allowed_drop(key, ref)
+        if cur is None or math.isnan(cur):
+            findings.append(Finding(key, cur, ref, None, allowed, True, "no value tonight"))
+            continue
+        delta = cur - ref
+        worse_by = delta if _metric_name(key) in LOWER_IS_BETTER else -delta
+        findings.append(Finding(key, cur, ref, delta, allowed, worse_by > allowed))
+    return findings
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}"
+
+
+def _table(findings: list[Finding]) -> list[str]:
+    lines = ["| metric | tonight | reference | change | allowed drop | status |", "| --- | --- | --- | --- | --- | --- |"]
+    for f in findings:
+        change = "-" if f.delta is None else f"{f.delta:+.4g}"
+        status = "REGRESSED" if f.regressed else ("ok" if not f.note else f.note)
+        lines.append(f"| {f.key} | {_fmt(f.current)} | {_fmt(f.reference)} | {change} | {_fmt(f.allowed_drop)} "
+                     f"| {status} |")
+    return lines
+
+
+def render_report(title: str, sections: list[tuple[str, str, list[Finding]]], notes: list[str],
+                  plots: list[str]) -> str:
+    """Markdown: a verdict line, one table per comparison (heading, explanation, findings), notes, plots
+    (paths relative to the report)."""
+    regressions = [f for _, _, findings in sections for f in findings if f.regressed]
+    verdict = (f"**FAILED: {len(regressions)} regression(s)**: " + ", ".join(sorted({f.key for f in regressions}))
+               if regressions else "**PASSED**: no metric regressed beyond its tolerance")
+    lines = [f"# {title}", "", verdict, ""]
+    for heading, explanation, findings in sections:
+        lines += [f"## {heading}", "", explanation, ""]
+        lines += _table(findings) if findings else ["(nothing to compare)"]
+        lines.append("")
+    if notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    if plots:
+        lines += ["## History", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
+    return "\n".join(lines)
+
+
+def plot_history(history: list[dict[str, Any]], keys: list[str], out_dir: Path) -> list[Path]:
+    """One PNG per metric group (model or throughput): each key's value over the nights in `history`
+    (oldest first; items {"label": night label, "metrics": {key: value}}). Returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: dict[str, list[str]] = {}
+    for key in keys:
+        groups.setdefault(key.rsplit("/", 1)[0], []).append(key)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    labels = [str(h["label"]) for h in history]
+    for group, group_keys in sorted(groups.items()):
+        fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
+        for key in group_keys:
+            values = [h["metrics"].get(key, float("nan")) for h in history]
+            ax.plot(range(len(values)), values, marker="o", label=_metric_name(key))
+        ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=7)
+        ax.set_title(group)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out_dir / (group.replace("/", "_") + ".png")
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def findings_json(findings: list[Finding]) -> list[dict[str, Any]]:
+    return [asdict(f) for f in findings]

@@ -1,0 +1,282 @@
+"""Task helpers of the `bert_nightly_regression` DAG: a pinned benchmark suite over the model registry.
+
+Every night:
+1. plan: for each registered task model (`bert-<task>` with pinned dev data), its `champion` version and its
+   newest version when that is not the champion (the candidate);
+2. evaluate each of them on the pinned dev data (sha256 of the files recorded) with fine-tuning's own
+   evaluation code and the official scorers;
+3. run the throughput benchmark (bench/model_throughput.py: our model against transformers in the same run;
+   the ratio is what is compared, absolute tokens/s depend on the machine's load);
+4. compare: champions and throughput against the last night that passed, candidates against their champion,
+   with tolerances (evaluation.regression); write a Markdown report with history plots (PNG), log it all to
+   the MLflow experiment `bert-nightly` (metrics, report, plots, results JSON, tag `nightly.status`) and fail
+   the task when anything regressed.
+
+A night whose pinned data changed (another sha256 than the last good night's) is not compared with it for
+that task: the numbers would measure the data, not the models; the report says so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT = "bert-nightly"
+STATUS_TAG = "nightly.status"
+HISTORY_NIGHTS = 14
+
+
+def _bundled_data() -> dict[str, str]:
+    from operators.tasks import demo_data
+
+    return {"sst-2": demo_data("sst2"), "squad": demo_data("squad")}
+
+
+def default_bench_dir() -> str:
+    """bench/ of the checkout the DAGs come from (pipelines/ and bench/ are siblings)."""
+    import pipelines
+
+    return str(Path(pipelines.__file__).resolve().parent.parent / "bench")
+
+
+def dev_files_sha256(task: str, data_dir: str) -> dict[str, str]:
+    """sha256 of each dev file of `task` in `data_dir`: the pin of the night's data."""
+    from bert_core import manifest, storage
+    from bert_core.tasks import registry as tasks
+
+    info = tasks.get(task)
+    local = storage.local_dir(data_dir)
+    pins = {}
+    for split in info.eval_splits():
+        if not split.gold:
+            continue
+        path = tasks.find_file(local, split.files, split.name, info, required=split.required)
+        if path is not None:
+            pins[path.name] = manifest.sha256_file(path)
+    return pins
+
+
+def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The night's work: which model versions to evaluate on which pinned data."""
+    from bert_core.errors import BertPipelineError
+    from bert_core.tasks import registry as tasks
+    from operators import registry
+    from operators.tasks import ensure_experiment
+
+    ensure_experiment(EXPERIMENT)
+    data = {tasks.get(t).name: d for t, d in (params.get("data") or {}).items()} or _bundled_data()
+    wanted = list(params.get("models") or [])
+    names = wanted or [n for n in registry.registered_names() if n != registry.PRETRAINED]
+    specs = []
+    for name in names:
+        task = name.removeprefix("bert-")
+        try:
+            task = tasks.get(task).name
+        except BertPipelineError:
+            if wanted:
+                raise
+            continue
+        if task not in data:
+            if wanted:
+                raise BertPipelineError(f"models: {name} has no pinned data; add {task!r} to the `data` param")
+            log.info("%s: no pinned data for task %s; not benchmarked", name, task)
+            continue
+        versions = registry.latest_versions(name)
+        if versions["champion"] is None:
+            if wanted:
+                raise BertPipelineError(f"models: {name} has no version with the alias 'champion'")
+            log.info("%s: no champion yet; not benchmarked", name)
+            continue
+        pins = dev_files_sha256(task, data[task])
+        specs.append({"name": name, "task": task, "version": versions["champion"], "role": "champion",
+                      "data_dir": data[task], "data_sha256": pins})
+        if versions["newest"] not in (None, versions["champion"]):
+            specs.append({"name": name, "task": task, "version": versions["newest"], "role": "candidate",
+                          "data_dir": data[task], "data_sha256": pins})
+    return specs
+
+
+def evaluate_version(spec: dict[str, Any], work: str) -> dict[str, Any]:
+    """Dev metrics of one registered version on its pinned data; returns `spec` with `metrics`."""
+    from bert_core import manifest, storage
+    from bert_core.task_eval import evaluate_model, settings_from_manifest
+    from evaluation.scoring import score_predictions
+    from operators import registry
+
+    model_dir = registry.download_model_dir(spec["name"], spec["version"])
+    client = registry._client(None)
+    output = client.get_model_version(spec["name"], spec["version"]).tags.get("output")
+    settings: dict[str, Any] = {}
+    if output:
+        try:
+            settings = settings_from_manifest(manifest.read(output))
+        except (FileNotFoundError, OSError, ValueError):  # the training output is gone: the task's defaults
+            log.warning("%s v%s: no finetune manifest at %s; evaluating with default settings",
+                        spec["name"], spec["version"], output)
+    with tempfile.TemporaryDirectory(prefix="bert-nightly-eval-") as scratch:
+        metrics = evaluate_model(model_dir, spec["task"], spec["data_dir"], score_predictions, settings,
+                                 out_dir=scratch)
+        target = storage.join(work, "evaluations", f"{spec['name']}-v{spec['version']}")
+        with storage.atomic_output_dir(target, overwrite=True) as out:
+            for path in Path(scratch).iterdir():
+                (out / path.name).write_bytes(path.read_bytes())
+    log.info("%s v%s (%s): %s", spec["name"], spec["version"], spec["role"], json.dumps(metrics))
+    return {**spec, "metrics": metrics, "settings": settings, "predictions": target}
+
+
+def throughput(work: str, configs: list[str], steps: int, batch_size: int = 16, seq_len: int = 128,
+               bench_dir: str | None = None, threads: int = 0) -> dict[str, float]:
+    """Run bench/model_throughput.py; returns {"throughput/<config>/<mode>": ours/transformers tokens/s ratio}."""
+    from bert_core import storage
+    from bert_core.errors import BertPipelineError
+
+    script = Path(bench_dir or default_bench_dir()) / "model_throughput.py"
+    if not script.is_file():
+        raise BertPipelineError(f"{script}: the throughput benchmark is not there (set the `bench_dir` param)")
+    with tempfile.TemporaryDirectory(prefix="bert-nightly-bench-") as scratch:
+        out = Path(scratch) / "model_throughput.json"
+        cmd = [sys.executable, str(script), "--configs", *configs, "--steps", str(steps), "--warmup", "1",
+               "--batch-size", str(batch_size), "--seq-len", str(seq_len), "--out-json", str(out)]
+        if threads:
+            cmd += ["--threads", str(threads)]
+        log.info("running %s", " ".join(cmd))
+        result = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
+        for line in result.stdout.splitlines():
+            log.info("[bench] %s", line)
+        if result.returncode != 0:
+            raise BertPipelineError(f"{script.name} failed (exit {result.returncode}): "
+                                    + " | ".join(result.stderr.strip().splitlines()[-5:]))
+        report = json.loads(out.read_text())
+        storage.write_text(storage.join(work, "model_throughput.json"), out.read_text())
+    return {f"throughput/{row['config']}/{row['mode']}": float(row["ratio_ours_over_transformers"])
+            for row in report["rows"]}
+
+
+def _last_good_night(client, experiment_id: str) -> Any | None:
+    runs = client.search_runs([experiment_id], filter_string=f"tags.`{STATUS_TAG}` = 'passed'",
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    return runs[0] if runs else None
+
+
+def _history(client, experiment_id: str) -> list[Any]:
+    runs = client.search_runs([experiment_id], filter_string=f"tags.`{STATUS_TAG}` != ''",
+                              order_by=["attributes.start_time DESC"], max_results=HISTORY_NIGHTS - 1)
+    return list(reversed(runs))
+
+
+def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float], work: str,
+                       quality_tolerance: float = 0.01, throughput_tolerance: float = 0.2) -> dict[str, Any]:
+    """Compare tonight with the last good night and candidates with champions; log to MLflow; raise on regression."""
+    import mlflow
+
+    from bert_core import storage
+    from bert_core.errors import BertPipelineError
+    from bert_core.tracking import build_tracker, standard_tags
+    from evaluation.regression import Tolerances, compare, findings_json, plot_history, render_report
+    from operators.tasks import ensure_experiment
+
+    tolerances = Tolerances(quality=quality_tolerance, throughput=throughput_tolerance)
+    champions = {s["name"]: s for s in evaluated if s["role"] == "champion"}
+    candidates = {s["name"]: s for s in evaluated if s["role"] == "candidate"}
+    tonight = {f"{name}/{k}": v for name, s in champions.items() for k, v in s["metrics"].items()}
+    tonight.update(speed)
+    pins = {f"data_sha256.{s['task']}.{f}": h for s in champions.values() for f, h in s["data_sha256"].items()}
+
+    ensure_experiment(EXPERIMENT)
+    tracker = build_tracker(True, experiment=EXPERIMENT, run_name="nightly")
+    client = mlflow.MlflowClient(tracker.tracking_uri)
+    last = _last_good_night(client, tracker.experiment_id)
+    history = _history(client, tracker.experiment_id)
+    notes: list[str] = []
+    sections = []
+    if last is None:
+        notes.append("No earlier night passed: tonight is the first reference; nothing compared night over night.")
+        vs_last = []
+    else:
+        reference = dict(last.data.metrics)
+        keys = []
+        for key in sorted(tonight):
+            model = key.split("/", 1)[0]
+            if key.startswith("throughput/") or model not in champions:
+                keys.append(key)
+                continue
+            task = champions[model]["task"]
+            old = {k: v for k, v in last.data.params.items() if k.startswith(f"data_sha256.{task}.")}
+            new = {k: v for k, v in pins.items() if k.startswith(f"data_sha256.{task}.")}
+            if old and old != new:
+                notes.append(f"{key}: the pinned {task} data changed since the last good night; not compared.")
+                continue
+            keys.append(key)
+        vs_last = [f for f in compare(tonight, reference, tolerances, keys) if f.reference is not None]
+        when = dt.datetime.fromtimestamp(last.info.start_time / 1000, tz=dt.UTC).isoformat(timespec="minutes")
+        sections.append(("Tonight against the last good night",
+                         f"Champions on the pinned data and throughput ratios, against MLflow run {last.info.run_id} "
+                         f"({when}). Versions tonight: "
+                         + (", ".join(f"{n} v{s['version']}" for n, s in sorted(champions.items())) or "none") + ".",
+                         [f for f in vs_last if not f.key.startswith("throughput/")]))
+        sections.append(("Throughput against the last good night",
+                         "Ratio of our tokens/s to transformers' in the same run (bench/model_throughput.py).",
+                         [f for f in vs_last if f.key.startswith("throughput/")]))
+    vs_champion = []
+    for name, cand in sorted(candidates.items()):
+        champ = champions[name]
+        found = compare({f"{name}/{k}": v for k, v in cand["metrics"].items()},
+                        {f"{name}/{k}": v for k, v in champ["metrics"].items()}, tolerances)
+        vs_champion += found
+        notes.append(f"{name}: candidate v{cand['version']} against champion v{champ['version']}.")
+    sections.append(("Newest candidates against their champions",
+                     "The newest registered version of each model, on the same pinned data as its champion.",
+                     vs_champion))
+    regressions = [f for _, _, findings in sections for f in findings if f.regressed]
+    status = "failed" if regressions else "passed"
+
+    with tempfile.TemporaryDirectory(prefix="bert-nightly-report-") as scratch:
+        out = Path(scratch)
+        plot_keys = sorted(tonight)
+        nights = [{"label": r.info.run_id[:8], "metrics": dict(r.data.metrics)} for r in history]
+        nights.append({"label": "tonight", "metrics": tonight})
+        plots = plot_history(nights, plot_keys, out / "plots") if plot_keys else []
+        report = render_report("bert-pipeline nightly regression", sections, notes,
+                               [f"plots/{p.name}" for p in plots])
+        (out / "report.md").write_text(report + "\n")
+        results = {"status": status, "tonight": tonight, "candidates": candidates, "champions": champions,
+                   "last_good_run": last.info.run_id if last else None, "tolerances": vars(tolerances),
+                   "findings": findings_json([f for _, _, fs in sections for f in fs]), "notes": notes}
+        (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+
+        tracker.set_tags({**standard_tags(None), STATUS_TAG: status, "nightly.regressions": str(len(regressions))})
+        tracker.log_params({**pins, "quality_tolerance": quality_tolerance,
+                            "throughput_tolerance": throughput_tolerance,
+                            **{f"version.{n}.{s['role']}": s["version"] for n, s in
+                               [*champions.items(), *candidates.items()]}})
+        tracker.log_metrics(tonight, step=0)
+        tracker.log_metrics({f"candidate/{n}/{k}": v for n, s in candidates.items() for k, v in s["metrics"].items()},
+                            step=0)
+        for path in (out / "report.md", out / "results.json"):
+            tracker.log_artifact(path)
+        for path in plots:
+            tracker.log_artifact(path, "plots")
+        target = storage.join(work, "report")
+        with storage.atomic_output_dir(target, overwrite=True) as dest:
+            for path in [out / "report.md", out / "results.json", *plots]:
+                rel = path.relative_to(out)
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                (dest / rel).write_bytes(path.read_bytes())
+    tracker.end("FAILED" if regressions else "FINISHED")
+    summary = {"status": status, "mlflow_run_id": tracker.run_id, "report": storage.join(target, "report.md"),
+               "regressions": [f.key for f in regressions]}
+    if regressions:
+        raise BertPipelineError("nightly regression: " + "; ".join(
+            f"{f.key} {f.current if f.current is not None else 'missing'} vs {f.reference:.6g} (allowed drop "
+            f"{f.allowed_drop:.3g})" for f in regressions) + f"; report: {summary['report']}")
+    log.info("nightly regression passed; report %s (MLflow run %s)", summary["report"], tracker.run_id)
+    return summary

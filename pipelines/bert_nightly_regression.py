@@ -1,0 +1,72 @@
+"""bert_nightly_regression: every night, the pinned benchmark suite over the model registry.
+
+plan (champion + newest candidate of each registered task model) -> evaluate each on the pinned dev data
+(mapped) and run the throughput benchmark -> compare with the last good night and with the champions ->
+Markdown report + plots logged to MLflow (experiment `bert-nightly`); the run fails on a regression.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import Param, dag, task
+
+from operators import nightly
+from operators import tasks as ops
+
+PARAMS = {
+    "models": Param([], type="array", description="Registered models to benchmark (e.g. bert-sst-2); empty: every "
+                    "registered task model that has pinned data and a champion."),
+    "data": Param({}, type="object", description="Task -> pinned dev data directory (local or s3://); empty: the "
+                  "bundled demo data (sst-2, squad). Its files' sha256 are recorded each night."),
+    "work_dir": Param("", type="string", description="Where the night's outputs go; empty: "
+                      "$BERT_PIPELINE_HOME/nightly/<run id>."),
+    "quality_tolerance": Param(0.01, type="number", minimum=0, description="Relative drop of a dev metric that "
+                               "counts as a regression (0.01 = 1% of the reference value)."),
+    "throughput_tolerance": Param(0.2, type="number", minimum=0, description="Relative drop of the "
+                                  "ours/transformers throughput ratio that counts as a regression."),
+    "throughput_configs": Param(["minilm_L6_H384"], type="array", description="Model sizes for "
+                                "bench/model_throughput.py (minilm_L6_H384, bert_base_L12_H768, ...); empty: skip."),
+    "throughput_steps": Param(6, type="integer", minimum=1, description="Measured steps per model and mode."),
+    "throughput_batch_size": Param(16, type="integer", minimum=1, description="Sequences per benchmark batch."),
+    "throughput_seq_len": Param(128, type="integer", minimum=8, description="Padded benchmark sequence length."),
+    "bench_dir": Param("", type="string", description="Directory of the benchmark scripts; empty: the bench/ "
+                       "beside the DAGs folder."),
+}
+
+
+@dag(dag_id="bert_nightly_regression", schedule="@daily", start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+     catchup=False, max_active_runs=1, params=PARAMS, tags=["bert", "nightly"], doc_md=__doc__)
+def bert_nightly_regression():
+    @task
+    def work_dir(params=None, run_id=None) -> str:
+        return ops.work_dir(params, run_id, "nightly")
+
+    @task
+    def plan(params=None) -> list[dict]:
+        return nightly.plan(params)
+
+    @task
+    def evaluate(spec: dict, work_dir: str) -> dict:
+        return nightly.evaluate_version(spec, work_dir)
+
+    @task
+    def throughput(work_dir: str, params=None) -> dict:
+        if not params["throughput_configs"]:
+            return {}
+        return nightly.throughput(work_dir, list(params["throughput_configs"]), params["throughput_steps"],
+                                  params["throughput_batch_size"], params["throughput_seq_len"],
+                                  params["bench_dir"] or None)
+
+    # none_failed: a registry with no benchmarked model maps `evaluate` to nothing (skipped); the night still
+    # reports the throughput comparison.
+    @task(trigger_rule="none_failed")
+    def compare_and_report(evaluated: list[dict], speed: dict, work_dir: str, params=None) -> dict:
+        return nightly.compare_and_report(list(evaluated), speed, work_dir, params["quality_tolerance"],
+                                          params["throughput_tolerance"])
+
+    work = work_dir()
+    evaluated = evaluate.partial(work_dir=work).expand(spec=plan())
+    compare_and_report(evaluated, throughput(work), work)
+
+
+bert_nightly_regression()

@@ -1,0 +1,101 @@
+"""bert_nightly_regression through Airflow's dag.test(): a night with a champion passes and re-measures exactly
+what fine-tuning recorded; a worse newest version fails the next night, with the report and MLflow run saying why."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bert_core import manifest
+from tests.airflow_home import embedded_env
+
+pytestmark = pytest.mark.slow
+
+CONF = {"throughput_configs": ["minilm_L6_H384"], "throughput_steps": 1, "throughput_batch_size": 2,
+        "throughput_seq_len": 16, "throughput_tolerance": 1.0}  # speed is reported, never asserted in tests
+
+
+@pytest.fixture()
+def nightly_env(monkeypatch, tmp_path):
+    from bert_core.commands.demo import setup_home
+
+    home = embedded_env(monkeypatch, tmp_path)
+    setup_home(home)
+    # A registry of its own: the session's shared home also holds other tests' models.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'nightly.db'}")
+    return home
+
+
+def _night(conf: dict):
+    module = importlib.import_module("pipelines.bert_nightly_regression")
+    return module.bert_nightly_regression().test(run_conf=conf)
+
+
+def _nightly_runs():
+    from mlflow import MlflowClient
+
+    from bert_core.tracking import default_tracking_uri
+
+    client = MlflowClient(default_tracking_uri())
+    experiment = client.get_experiment_by_name("bert-nightly")
+    return client, client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
+
+
+def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, minilm_dir):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from bert_core.tracking import MlflowTracker
+    from operators import registry
+    from operators import tasks as ops
+
+    trained = ops.finetune("sst-2", ops.demo_data("sst2"), str(minilm_dir), str(tmp_path / "ft"), epochs=1,
+                           max_len=32)
+    champion = ops.register_and_promote(trained, str(tmp_path / "registry"))
+    assert champion["promoted"]
+
+    run = _night({**CONF, "work_dir": str(tmp_path / "night1")})
+    assert str(run.state).endswith("success")
+    client, runs = _nightly_runs()
+    assert [r.data.tags["nightly.status"] for r in runs] == ["passed"]
+    # Re-measured on the pinned data with the model's own settings: exactly what fine-tuning recorded.
+    recorded = manifest.read(tmp_path / "ft")["metrics"]
+    assert runs[0].data.metrics["bert-sst-2/accuracy"] == pytest.approx(recorded["accuracy"], abs=1e-12)
+    assert runs[0].data.metrics["throughput/minilm_L6_H384/train"] > 0
+    report = (tmp_path / "night1" / "report" / "report.md").read_text()
+    assert "**PASSED**" in report and "first reference" in report
+    assert (tmp_path / "night1" / "report" / "plots" / "bert-sst-2.png").stat().st_size > 1000
+    artifacts = {a.path for a in client.list_artifacts(runs[0].info.run_id)}
+    assert {"report.md", "results.json", "plots"} <= artifacts
+
+    # A newer version that always answers the first label: worse than the champion on the same data.
+    broken = tmp_path / "broken"
+    shutil.copytree(tmp_path / "ft" / "model", broken)
+    weights = load_file(broken / "model.safetensors")
+    weights["classifier.weight"] = torch.zeros_like(weights["classifier.weight"])
+    weights["classifier.bias"] = torch.tensor([1.0, 0.0])
+    save_file(weights, broken / "model.safetensors")
+    tracker = MlflowTracker("bert-finetune/sst-2")
+    tracker.log_model_dir(broken)
+    tracker.end()
+    candidate = registry.register(tracker.run_id, "bert-sst-2", {"accuracy": 0.5})["version"]
+
+    run = _night({**CONF, "work_dir": str(tmp_path / "night2")})
+    assert str(run.state).endswith("failed")
+    client, runs = _nightly_runs()
+    assert [r.data.tags["nightly.status"] for r in runs] == ["passed", "failed"]
+    results = json.loads((tmp_path / "night2" / "report" / "results.json").read_text())
+    regressed = {f["key"] for f in results["findings"] if f["regressed"]}
+    assert regressed == {"bert-sst-2/accuracy"}  # the candidate; the champion matched the last good night
+    assert results["candidates"]["bert-sst-2"]["version"] == candidate
+    assert results["last_good_run"] == runs[0].info.run_id
+    report = (tmp_path / "night2" / "report" / "report.md").read_text()
+    assert "**FAILED: 1 regression(s)**" in report and "| bert-sst-2/accuracy |" in report
+    assert runs[1].data.metrics["candidate/bert-sst-2/accuracy"] < runs[1].data.metrics["bert-sst-2/accuracy"]
+    # The champion alias did not move.
+    assert registry.latest_versions("bert-sst-2")["champion"] == champion["candidate"]
+    assert Path(tmp_path / "night2" / "evaluations" / f"bert-sst-2-v{candidate}" / "metrics.json").is_file()
