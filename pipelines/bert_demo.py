@@ -8,9 +8,10 @@ Run it with `bert-pipeline demo`, or trigger it from the Airflow UI (every setti
 
 from __future__ import annotations
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import Param, dag
 
 from operators import tasks as ops
+from operators.airflow_tasks import bert_task
 
 PARAMS = {
     "work_dir": Param("", type="string", description="Where the run's artifacts go; empty: "
@@ -38,43 +39,43 @@ PARAMS = {
 @dag(dag_id="bert_demo", schedule=None, catchup=False, params=PARAMS, tags=["bert", "demo"],
      doc_md=__doc__)
 def bert_demo():
-    @task(multiple_outputs=True)
+    @bert_task(multiple_outputs=True)
     def plan(params=None, run_id=None) -> dict:
         return ops.plan_demo(params, run_id)
 
-    @task
+    @bert_task
     def segment(corpus: str, work_dir: str) -> str:
         return ops.segment([corpus], f"{work_dir}/segmented")
 
-    @task
+    @bert_task
     def make_shards(segmented: str, work_dir: str, vocab: str, params=None) -> str:
         return ops.make_shards(segmented, f"{work_dir}/shards", vocab, max_seq_length=params["max_seq_length"],
                                max_predictions_per_seq=10, dupe_factor=params["dupe_factor"])
 
-    @task
+    @bert_task
     def validate_shards(shards: str) -> dict:
         return ops.validate_shards(shards)
 
-    @task
+    @bert_task
     def pretrain(validated: dict, work_dir: str, vocab: str, params=None) -> dict:
         return ops.pretrain(validated["shards_dir"], f"{work_dir}/pretrained", params["pretrain_model"],
                             num_workers=params["pretrain_workers"], num_steps=params["pretrain_steps"],
                             batch_size=params["pretrain_batch_size"], vocab=vocab)
 
-    @task
+    @bert_task
     def finetune(task_name: str, data_dir: str, model: str, work_dir: str, epochs_param: str, params=None) -> dict:
         return ops.finetune(task_name, data_dir, model, f"{work_dir}/finetune-{task_name}",
                             epochs=params[epochs_param], lr=params["finetune_lr"])
 
-    @task
+    @bert_task
     def evaluate(finetuned: dict, work_dir: str) -> dict:
         return ops.evaluate(finetuned, f"{work_dir}/evaluate-{finetuned['task']}")
 
-    @task
+    @bert_task
     def register_and_promote(trained: dict, work_dir: str) -> dict:
         return ops.register_and_promote(trained, f"{work_dir}/registry")
 
-    @task
+    @bert_task
     def summary(results: list[dict], work_dir: str) -> dict:
         return ops.summarize(results, f"{work_dir}/demo_summary.json")
 

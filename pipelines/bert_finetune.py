@@ -3,9 +3,10 @@ task), then evaluate -> register `bert-<task>` -> promote (alias `champion` move
 
 from __future__ import annotations
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import Param, dag
 
 from operators import tasks as ops
+from operators.airflow_tasks import bert_task
 
 PARAMS = {
     "tasks": Param({"sst-2": "", "squad": ""}, type="object",
@@ -25,26 +26,26 @@ PARAMS = {
 
 @dag(dag_id="bert_finetune", schedule=None, catchup=False, params=PARAMS, tags=["bert"], doc_md=__doc__)
 def bert_finetune():
-    @task
+    @bert_task
     def plan(params=None, run_id=None) -> list[dict]:
         return ops.plan_finetune(params, run_id)
 
-    @task
+    @bert_task
     def finetune(spec: dict, params=None) -> dict:
         return {**spec, **ops.finetune(spec["task"], spec["data_dir"], spec["model"], spec["output"],
                                        epochs=params["epochs"], batch_size=params["batch_size"], lr=params["lr"],
                                        max_len=params["max_len"], max_seq_length=params["max_seq_length"],
                                        doc_stride=128, max_query_length=64)}
 
-    @task
+    @bert_task
     def evaluate(finetuned: dict) -> dict:
         return ops.evaluate(finetuned, finetuned["evaluation"])
 
-    @task
+    @bert_task
     def register_and_promote(evaluated: dict) -> dict:
         return ops.register_and_promote(evaluated, evaluated["registry"])
 
-    @task
+    @bert_task
     def summary(results: list[dict], specs: list[dict]) -> dict:
         return ops.summarize(list(results), f"{specs[0]['registry']}/summary.json")
 

@@ -8,10 +8,11 @@ Markdown report + plots logged to MLflow (experiment `bert-nightly`); the run fa
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import Param, dag, task
+from airflow.sdk import Param, dag
 
 from operators import nightly
 from operators import tasks as ops
+from operators.airflow_tasks import bert_task
 
 PARAMS = {
     "models": Param([], type="array", description="Registered models to benchmark (e.g. bert-sst-2); empty: every "
@@ -37,19 +38,19 @@ PARAMS = {
 @dag(dag_id="bert_nightly_regression", schedule="@daily", start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
      catchup=False, max_active_runs=1, params=PARAMS, tags=["bert", "nightly"], doc_md=__doc__)
 def bert_nightly_regression():
-    @task
+    @bert_task
     def work_dir(params=None, run_id=None) -> str:
         return ops.work_dir(params, run_id, "nightly")
 
-    @task
+    @bert_task
     def plan(params=None) -> list[dict]:
         return nightly.plan(params)
 
-    @task
+    @bert_task
     def evaluate(spec: dict, work_dir: str) -> dict:
         return nightly.evaluate_version(spec, work_dir)
 
-    @task
+    @bert_task
     def throughput(work_dir: str, params=None) -> dict:
         if not params["throughput_configs"]:
             return {}
@@ -59,7 +60,7 @@ def bert_nightly_regression():
 
     # none_failed: a registry with no benchmarked model maps `evaluate` to nothing (skipped); the night still
     # reports the throughput comparison.
-    @task(trigger_rule="none_failed")
+    @bert_task(trigger_rule="none_failed")
     def compare_and_report(evaluated: list[dict], speed: dict, work_dir: str, params=None) -> dict:
         return nightly.compare_and_report(list(evaluated), speed, work_dir, params["quality_tolerance"],
                                           params["throughput_tolerance"])

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import Param, dag
 
 from operators import tasks as ops
+from operators.airflow_tasks import bert_task
 
 PARAMS = {
     "inputs": Param([], type="array", description="Raw text files, directories or globs (local or s3://); "
@@ -28,32 +29,32 @@ PARAMS = {
 
 @dag(dag_id="bert_pretraining", schedule=None, catchup=False, params=PARAMS, tags=["bert"], doc_md=__doc__)
 def bert_pretraining():
-    @task(multiple_outputs=True)
+    @bert_task(multiple_outputs=True)
     def plan(params=None, run_id=None) -> dict:
         return ops.plan_pretraining(params, run_id)
 
-    @task
+    @bert_task
     def segment(inputs: list[str], work_dir: str) -> list[str]:
         return ops.segmented_files(ops.segment(inputs, f"{work_dir}/segmented"))
 
-    @task
+    @bert_task
     def make_shards(segmented_file: str, work_dir: str, vocab: str, params=None) -> str:
         return ops.make_shards(segmented_file, ops.shard_dir(work_dir, segmented_file), vocab,
                                max_seq_length=params["max_seq_length"],
                                max_predictions_per_seq=params["max_predictions_per_seq"],
                                dupe_factor=params["dupe_factor"])
 
-    @task
+    @bert_task
     def validate_shards(shards: str) -> dict:
         return ops.validate_shards(shards)
 
-    @task
+    @bert_task
     def pretrain(validated: list[dict], work_dir: str, vocab: str, params=None) -> dict:
         return ops.pretrain(",".join(v["shards_dir"] for v in validated), f"{work_dir}/pretrained",
                             params["model"], num_workers=params["num_workers"], num_steps=params["num_steps"],
                             batch_size=params["batch_size"], lr=params["lr"], vocab=vocab)
 
-    @task
+    @bert_task
     def register(pretrained: dict, work_dir: str) -> dict:
         return ops.register_and_promote(pretrained, f"{work_dir}/registry", promote=False)
 

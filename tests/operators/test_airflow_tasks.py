@@ -1,0 +1,68 @@
+"""@bert_task: retry policy on every DAG task, BertPipelineError fails without retries, S3 credentials from an
+Airflow connection (masked), environment restored afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from bert_core.errors import BertPipelineError
+from operators.airflow_tasks import RETRY_POLICY, bert_task, s3_credentials_from_connection
+from tests.airflow_home import PIPELINES
+
+
+def test_every_dag_task_retries_with_backoff():
+    from airflow.dag_processing.dagbag import DagBag
+
+    dags = DagBag(dag_folder=str(PIPELINES), safe_mode=False).dags
+    assert len(dags) >= 4
+    for dag_id, dag in dags.items():
+        for t in dag.tasks:
+            assert t.retries == RETRY_POLICY["retries"], (dag_id, t.task_id)
+            assert t.retry_exponential_backoff == RETRY_POLICY["retry_exponential_backoff"], (dag_id, t.task_id)
+
+
+def test_pipeline_errors_fail_at_once_other_errors_retry():
+    from airflow.sdk.exceptions import AirflowFailException
+
+    @bert_task
+    def verdict(params=None):
+        raise BertPipelineError("shards: masked fraction 0.31 outside [0.13, 0.17]")
+
+    @bert_task(multiple_outputs=True)
+    def flaky() -> dict:
+        raise ConnectionError("S3 endpoint reset the connection")
+
+    with pytest.raises(AirflowFailException, match="masked fraction 0.31"):
+        verdict.function(params={})
+    with pytest.raises(ConnectionError):  # left to Airflow's retries
+        flaky.function()
+    assert verdict.function.__name__ == "verdict"
+
+
+def test_s3_credentials_come_from_the_connection_and_are_masked(monkeypatch):
+    from airflow.sdk._shared.secrets_masker import redact
+
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_BERT_S3", json.dumps({
+        "conn_type": "aws", "login": "AKIDEXAMPLE", "password": "s3cr3t-value-0123",
+        "extra": {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"}}))
+    monkeypatch.setenv("BERT_PIPELINE_AWS_CONN_ID", "bert_s3")
+    with s3_credentials_from_connection():
+        assert os.environ["AWS_ACCESS_KEY_ID"] == "AKIDEXAMPLE"
+        assert os.environ["AWS_SECRET_ACCESS_KEY"] == "s3cr3t-value-0123"
+        assert os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000"
+        assert os.environ["AWS_DEFAULT_REGION"] == "eu-west-1"
+        assert "s3cr3t-value-0123" not in str(redact("key s3cr3t-value-0123 in a log line"))
+    assert "AWS_SECRET_ACCESS_KEY" not in os.environ and "AWS_ENDPOINT_URL" not in os.environ
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "FROM-ENV")  # the environment's own credentials win
+    with s3_credentials_from_connection():
+        assert "AWS_SECRET_ACCESS_KEY" not in os.environ
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.setenv("BERT_PIPELINE_AWS_CONN_ID", "no_such_connection")
+    with s3_credentials_from_connection():  # no connection: nothing set, no error
+        assert "AWS_ACCESS_KEY_ID" not in os.environ
