@@ -7,6 +7,10 @@ int64 `input_ids`, `token_type_ids`, `attention_mask` of shape [batch, seq_lengt
 `logits` (classification/regression) or `start_logits` + `end_logits` (question answering).
 The model is traced with `static_graph` set (dense attention with the mask, no data-dependent
 packing or checks), so exported outputs equal the PyTorch model's at every position.
+
+Parity is checked on random inputs (max |diff| of the outputs). With labelled task data
+(`eval_data`), the exported graph, and the INT8 one when quantising, also predict it and are scored
+with the task's official metric, so the cost of quantisation is stated as a metric difference.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from dataclasses import asdict, dataclass
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +50,40 @@ class ExportConfig:
     quantize: str | None = None  # "int8": ONNX Runtime dynamic quantisation
     num_labels: int | None = None
     overwrite: bool = False
+    # Labelled data to score the fp32 and INT8 graphs on: a GLUE/XNLI-style TSV (eval_task names the
+    # task) for classification/regression, a SQuAD JSON file (v1.1 or v2.0) for question answering.
+    eval_data: str | None = None
+    eval_task: str | None = None
+
+
+@dataclass
+class SquadOptions:
+    """How SQuAD input is windowed and answers are picked (the flags of `finetune` and `predict`)."""
+
+    doc_stride: int = 128
+    max_query_length: int = 64
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    version_2: bool = False
+    null_score_diff_threshold: float = 0.0
+
+
+# scorer(task, gold_file, prediction_file, na_prob_file=None) -> metrics: the official scorers, which
+# live in the evaluation layer above bert_core; the caller passes them in (as for fine-tuning).
+Scorer = Callable[..., dict[str, float]]
+
+
+@dataclass
+class Evaluation:
+    """The exported graph(s) scored on labelled data."""
+
+    data: str
+    task: str
+    examples: int
+    main_metric: str
+    fp32: dict[str, float]
+    int8: dict[str, float] | None = None
+    int8_minus_fp32: dict[str, float] = field(default_factory=dict)
 
 
 class _Graph(torch.nn.Module):
@@ -91,7 +131,8 @@ def _load_model(cfg: ExportConfig) -> BertPreTrainedModel:
     return model
 
 
-def export(cfg: ExportConfig) -> dict:
+def export(cfg: ExportConfig, scorer: Scorer | None = None) -> dict:
+    """Export; return the manifest (with `evaluation` when `eval_data` is given: `scorer` is needed then)."""
     if cfg.task not in TASKS:
         raise BertPipelineError(f"unknown task {cfg.task!r}; export supports {', '.join(TASKS)}")
     if cfg.format not in ("onnx", "pt2"):
@@ -100,14 +141,18 @@ def export(cfg: ExportConfig) -> dict:
         raise BertPipelineError(f"--quantize supports int8 only, not {cfg.quantize!r}")
     if cfg.quantize and cfg.format != "onnx":
         raise BertPipelineError("--quantize int8 needs --format onnx (ONNX Runtime dynamic quantisation)")
+    eval_task = _check_eval_data(cfg, scorer)
     started = manifest.now()
     model = _load_model(cfg).eval()
     if not 2 <= cfg.seq_length <= model.config.max_position_embeddings:
         raise BertPipelineError(f"--seq-length must be in [2, {model.config.max_position_embeddings}]")
+    if eval_task is not None:
+        _check_labels(eval_task, _labels(model))
     model.bert.static_graph = True
     graph = _Graph(model, cfg.task).eval()
     batch = max(cfg.batch_size, 2) if cfg.dynamic_batch else cfg.batch_size
     example = _example_inputs(batch, cfg.seq_length, model.config.vocab_size)
+    inputs = {} if cfg.eval_data is None else {cfg.eval_data: manifest.sha256_file(cfg.eval_data)}
     with storage.atomic_output_dir(cfg.output, overwrite=cfg.overwrite) as tmp:
         files = _write_graph(graph, example, cfg, tmp)
         if cfg.quantize:
@@ -128,13 +173,156 @@ def export(cfg: ExportConfig) -> dict:
             "quantized_graph": "model.int8.onnx" if cfg.quantize else None,
             "random_weights": cfg.model is None,
         }
+        metrics = _parity(graph, tmp, meta, model.config.vocab_size)
+        if eval_task is not None:
+            evaluation = evaluate_export(ExportedModel(tmp, meta), cfg.eval_data, eval_task, scorer)
+            meta["evaluation"] = asdict(evaluation)
+            metrics.update(_flat_metrics(evaluation))
         (tmp / "export.json").write_text(json.dumps(meta, indent=2) + "\n")
         files.append("export.json")
-        parity = _parity(graph, tmp, meta, model.config.vocab_size)
-        result = manifest.build("export", asdict(cfg), {}, tmp, files, started, metrics=parity)
+        result = manifest.build("export", asdict(cfg), inputs, tmp, files, started, metrics=metrics,
+                                extra={"evaluation": meta["evaluation"]} if "evaluation" in meta else None)
         manifest.write(result, tmp)
-    log.info("exported %s to %s (max |diff| vs PyTorch: %s)", cfg.task, cfg.output, parity)
+    log.info("exported %s to %s (max |diff| vs PyTorch: %s)", cfg.task, cfg.output,
+             {k: v for k, v in metrics.items() if k.endswith("max_abs_diff")})
+    if "evaluation" in result:
+        log.info("%s", describe_evaluation(result["evaluation"]))
     return result
+
+
+def _check_eval_data(cfg: ExportConfig, scorer: Scorer | None) -> str | None:
+    """The task to score `eval_data` as (None without eval data); a clear error when it cannot be."""
+    if cfg.eval_data is None:
+        if cfg.eval_task is not None:
+            raise BertPipelineError("--eval-task needs --eval-data (the labelled file to score)")
+        return None
+    if not Path(cfg.eval_data).is_file():
+        raise BertPipelineError(f"--eval-data {cfg.eval_data}: no such file")
+    if scorer is None:
+        raise BertPipelineError("scoring --eval-data needs the official scorers (export(cfg, scorer=...))")
+    from bert_core.tasks import registry
+
+    if cfg.task == "question_answering":
+        if cfg.eval_task is not None and registry.get(cfg.eval_task).kind != "squad":
+            raise BertPipelineError(f"--eval-task {cfg.eval_task}: a question-answering export is scored on "
+                                    "SQuAD data (a SQuAD JSON file; leave --eval-task out)")
+        return "squad"
+    if cfg.eval_task is None:
+        raise BertPipelineError(f"--eval-data {cfg.eval_data}: name its task with --eval-task (e.g. SST-2, "
+                                "MRPC, STS-B, XNLI) to read the TSV and score it")
+    info = registry.get(cfg.eval_task)
+    if info.kind != cfg.task:
+        raise BertPipelineError(f"--eval-task {cfg.eval_task} is a {info.kind} task, but this is a {cfg.task} "
+                                "export")
+    return info.name
+
+
+def _check_labels(task: str, labels: list[str] | None) -> None:
+    """Predictions are the model's label strings: they must be the task's, or scoring is meaningless."""
+    from bert_core.tasks import glue
+
+    if task == "squad" or labels is None:
+        return
+    expected = glue.GLUE_TASKS[glue.task_key(task)].labels or ()
+    if sorted(labels) != sorted(expected):
+        raise BertPipelineError(f"the model's labels {labels} are not those of {task} ({list(expected)}): "
+                                "export a model fine-tuned on that task, or pass the matching --eval-task")
+
+
+def evaluate_export(model: ExportedModel, data: str | Path, task: str, scorer: Scorer) -> Evaluation:
+    """Predict `data` with the fp32 graph and, if the export has one, the INT8 graph; score both."""
+    from bert_core.tasks import registry
+
+    squad = None
+    if task == "squad":
+        from bert_core.tasks.squad import V2, read_squad
+
+        version, _ = read_squad(data)
+        squad = SquadOptions(version_2=version == V2)
+    scores: dict[str, dict[str, float]] = {}
+    examples = 0
+    with tempfile.TemporaryDirectory(prefix="bert-export-eval-") as work:
+        for precision in ("fp32", "int8"):
+            quantized = precision == "int8"
+            if quantized and not model.meta.get("quantized_graph"):
+                continue
+            out = Path(work) / precision
+            examples, written = predict_file(model, data, out if squad else out.with_suffix(".tsv"),
+                                             task=None if squad else task, quantized=quantized, squad=squad)
+            if squad:
+                na_prob = out / "null_odds.json" if squad.version_2 else None
+                scores[precision] = scorer("squad", data, out / "predictions.json", na_prob_file=na_prob)
+            else:
+                scores[precision] = scorer(task, data, written[0])
+    fp32, int8 = scores["fp32"], scores.get("int8")
+    difference = {} if int8 is None else {k: int8[k] - fp32[k] for k in fp32 if k in int8}
+    return Evaluation(str(data), task, examples, registry.get(task).main_metric, fp32, int8, difference)
+
+
+def _flat_metrics(evaluation: Evaluation) -> dict[str, float]:
+    """The evaluation as manifest metrics: fp32_<metric>, int8_<metric>, int8_minus_fp32_<metric>."""
+    flat = {f"fp32_{k}": v for k, v in evaluation.fp32.items()}
+    flat.update({f"int8_{k}": v for k, v in (evaluation.int8 or {}).items()})
+    flat.update({f"int8_minus_fp32_{k}": v for k, v in evaluation.int8_minus_fp32.items()})
+    return flat
+
+
+def describe_evaluation(evaluation: dict) -> str:
+    """One line: the main metric of the fp32 and INT8 graphs and their difference."""
+    metric = evaluation["main_metric"]
+    text = (f"{evaluation['task']} on {evaluation['data']} ({evaluation['examples']} examples): "
+            f"fp32 {metric} {evaluation['fp32'][metric]:.4f}")
+    if evaluation.get("int8"):
+        text += (f", int8 {metric} {evaluation['int8'][metric]:.4f} "
+                 f"(int8 - fp32: {evaluation['int8_minus_fp32'][metric]:+.4f})")
+    return text
+
+
+def predict_file(model: ExportedModel, data: str | Path, output: str | Path, task: str | None = None,
+                 quantized: bool = False, squad: SquadOptions | None = None) -> tuple[int, list[str]]:
+    """Run the export on task input and write predictions in `finetune`'s formats.
+
+    GLUE-style TSV (`task` names it): the submission TSV at `output`. SQuAD JSON (QA exports):
+    predictions.json, nbest_predictions.json (and null_odds.json for 2.0) in the directory `output`.
+    Returns (number of examples, paths written).
+    """
+    from bert_core.tasks import features as feats
+    from bert_core.tokenization import BertTokenizer
+
+    meta = model.meta
+    vocab = model.directory / "vocab.txt"
+    if not vocab.is_file():
+        raise BertPipelineError(f"{model.directory}: the export has no vocab.txt (exported without a model?)")
+    tokenizer = BertTokenizer(vocab, do_lower_case=meta.get("do_lower_case") is not False)
+    seq = meta["seq_length"]
+    if meta["task"] == "question_answering":
+        from bert_core.tasks.squad import make_features, postprocess, read_squad
+
+        squad = squad or SquadOptions()
+        _, examples = read_squad(data)
+        features = make_features(examples, tokenizer, seq, squad.doc_stride, squad.max_query_length)
+        arrays = feats.pad_squad_features(features, seq)
+        start, end = model.run(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"],
+                               quantized=quantized)
+        result = postprocess(examples, features, start.tolist(), end.tolist(), squad.n_best_size,
+                             squad.max_answer_length, squad.version_2, squad.null_score_diff_threshold)
+        written = feats.write_squad_predictions(output, result, squad.version_2)
+        return len(examples), [str(Path(output) / name) for name in written]
+    if not task:
+        raise BertPipelineError("--task is needed to read a GLUE-style TSV (e.g. --task MRPC)")
+    from bert_core.tasks.glue import read_examples
+
+    examples = read_examples(task, data)
+    arrays = feats.encode_examples(tokenizer, examples, seq)
+    (logits,) = model.run(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"],
+                          quantized=quantized)
+    if meta["task"] == "regression":
+        predictions: list = [float(v) for v in logits[:, 0]]
+    else:
+        labels = meta["labels"]
+        predictions = [labels[i] for i in np.argmax(logits, axis=-1)]
+    feats.write_glue_submission(output, predictions)
+    return len(examples), [str(output)]
 
 
 def _labels(model: BertPreTrainedModel) -> list[str] | None:

@@ -3,14 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
-from pathlib import Path
-
-import numpy as np
-
-from bert_core.errors import BertPipelineError
-
-log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,43 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bert_core.export import ExportedModel
-    from bert_core.tasks import features as feats
-    from bert_core.tokenization import BertTokenizer
+    from bert_core.export import ExportedModel, SquadOptions, predict_file
 
-    model = ExportedModel(args.export)
-    meta = model.meta
-    vocab = Path(args.export) / "vocab.txt"
-    if not vocab.is_file():
-        raise BertPipelineError(f"{args.export}: the export has no vocab.txt (exported without a model?)")
-    tokenizer = BertTokenizer(vocab, do_lower_case=meta.get("do_lower_case") is not False)
-    seq = meta["seq_length"]
-    if meta["task"] == "question_answering":
-        from bert_core.tasks.squad import make_features, postprocess, read_squad
-
-        _, examples = read_squad(args.input)
-        features = make_features(examples, tokenizer, seq, args.doc_stride, args.max_query_length)
-        arrays = feats.pad_squad_features(features, seq)
-        start, end = model.run(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"],
-                               quantized=args.quantized)
-        result = postprocess(examples, features, start.tolist(), end.tolist(), args.n_best_size,
-                             args.max_answer_length, args.version_2, args.null_score_diff_threshold)
-        written = feats.write_squad_predictions(args.output, result, args.version_2)
-        print(f"wrote {', '.join(written)} for {len(examples)} questions to {args.output}")
-        return 0
-    if not args.task:
-        raise BertPipelineError("--task is needed to read a GLUE-style TSV (e.g. --task MRPC)")
-    from bert_core.tasks.glue import read_examples
-
-    examples = read_examples(args.task, args.input)
-    arrays = feats.encode_examples(tokenizer, examples, seq)
-    (logits,) = model.run(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"],
-                          quantized=args.quantized)
-    if meta["task"] == "regression":
-        predictions = [float(v) for v in logits[:, 0]]
-    else:
-        labels = meta["labels"]
-        predictions = [labels[i] for i in np.argmax(logits, axis=-1)]
-    feats.write_glue_submission(args.output, predictions)
-    print(f"wrote {len(predictions)} predictions to {args.output}")
+    squad = SquadOptions(doc_stride=args.doc_stride, max_query_length=args.max_query_length,
+                         n_best_size=args.n_best_size, max_answer_length=args.max_answer_length,
+                         version_2=args.version_2, null_score_diff_threshold=args.null_score_diff_threshold)
+    examples, written = predict_file(ExportedModel(args.export), args.input, args.output, task=args.task,
+                                     quantized=args.quantized, squad=squad)
+    print(f"wrote {', '.join(written)} for {examples} examples")
     return 0

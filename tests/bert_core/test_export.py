@@ -90,10 +90,12 @@ def _trained_classifier(minilm_dir, tmp_path):
     return tmp_path / "clf", dev
 
 
-def test_predict_glue_with_fp32_and_int8(minilm_dir, tmp_path):
+def test_predict_glue_with_fp32_and_int8(minilm_dir, tmp_path, capsys):
     model_dir, dev = _trained_classifier(minilm_dir, tmp_path)
     assert main(["export", "--task", "classification", "--model", str(model_dir), "--seq-length", "16",
-                 "--batch-size", "8", "--quantize", "int8", "--output", str(tmp_path / "exp")]) == 0
+                 "--batch-size", "8", "--quantize", "int8", "--eval-data", str(dev), "--eval-task", "SST-2",
+                 "--output", str(tmp_path / "exp")]) == 0
+    printed = capsys.readouterr().out
     assert main(["predict", "--export", str(tmp_path / "exp"), str(dev), "--task", "SST-2",
                  "--output", str(tmp_path / "fp32.tsv")]) == 0
     assert main(["predict", "--export", str(tmp_path / "exp"), str(dev), "--task", "SST-2", "--quantized",
@@ -115,13 +117,51 @@ def test_predict_glue_with_fp32_and_int8(minilm_dir, tmp_path):
     assert fp32 >= 0.9, "the toy head should have learned the task"
     assert abs(fp32 - int8) <= 0.05  # stated tolerance for INT8 dynamic quantisation
 
+    # The export itself reported both accuracies and their difference: in export.json, the manifest
+    # and on stdout.
+    evaluation = json.loads((tmp_path / "exp" / "export.json").read_text())["evaluation"]
+    assert evaluation["task"] == "sst-2" and evaluation["examples"] == 40 and evaluation["main_metric"] == "accuracy"
+    assert evaluation["fp32"]["accuracy"] == fp32 and evaluation["int8"]["accuracy"] == int8
+    assert evaluation["int8_minus_fp32"]["accuracy"] == pytest.approx(int8 - fp32)
+    recorded = json.loads((tmp_path / "exp" / "manifest.json").read_text())
+    assert recorded["evaluation"] == evaluation
+    assert recorded["metrics"]["int8_minus_fp32_accuracy"] == pytest.approx(int8 - fp32)
+    assert recorded["inputs"] == [{"uri": str(dev), "sha256": recorded["inputs"][0]["sha256"]}]
+    assert json.loads(printed[: printed.rindex("}") + 1])["evaluation"] == evaluation
+    assert f"fp32 accuracy {fp32:.4f}, int8 accuracy {int8:.4f} (int8 - fp32: {int8 - fp32:+.4f})" in printed
+
+
+def test_eval_data_mistakes_are_clear_errors(tmp_path):
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("sentence\tlabel\nfine words .\t1\n")
+    scorer = lambda *args, **kwargs: {}  # noqa: E731 - never reached: every case fails before scoring
+    cases = [
+        (dict(task="classification", eval_data=str(dev)), scorer, "name its task with --eval-task"),
+        (dict(task="classification", eval_data=str(dev), eval_task="STS-B"), scorer,
+         "STS-B is a regression task, but this is a classification export"),
+        (dict(task="classification", eval_data=str(tmp_path / "nope.tsv"), eval_task="SST-2"), scorer,
+         "nope.tsv: no such file"),
+        (dict(task="classification", eval_task="SST-2"), scorer, "--eval-task needs --eval-data"),
+        (dict(task="question_answering", eval_data=str(dev), eval_task="MRPC"), scorer, "scored on SQuAD data"),
+        (dict(task="classification", eval_data=str(dev), eval_task="SST-2"), None, "needs the official scorers"),
+    ]
+    for fields, given, message in cases:
+        with pytest.raises(BertPipelineError, match=message):
+            export(ExportConfig(output=str(tmp_path / "out"), random_weights=True, **fields), given)
+        assert not (tmp_path / "out").exists()
+    from bert_core.export import _check_labels
+
+    _check_labels("sst-2", ["1", "0"])
+    with pytest.raises(BertPipelineError, match=r"labels \['0', '1', '2'\] are not those of xnli"):
+        _check_labels("xnli", ["0", "1", "2"])
+
 
 def test_squad_predictions_from_export_equal_pytorch(minilm_dir, tmp_path):
     data = Path(__file__).parents[1] / "fixtures" / "squad" / "data-v2.0.json"
     qa = BertForQuestionAnswering.from_pretrained(str(minilm_dir)).eval()
     qa.save_pretrained(str(tmp_path / "qa"))
     assert main(["export", "--task", "question_answering", "--model", str(tmp_path / "qa"), "--seq-length", "64",
-                 "--dynamic-batch", "--output", str(tmp_path / "exp")]) == 0
+                 "--dynamic-batch", "--eval-data", str(data), "--output", str(tmp_path / "exp")]) == 0
     assert main(["predict", "--export", str(tmp_path / "exp"), str(data), "--version-2", "--doc-stride", "24",
                  "--output", str(tmp_path / "pred")]) == 0
     tok = BertTokenizer.from_model_dir(tmp_path / "qa")
@@ -135,6 +175,14 @@ def test_squad_predictions_from_export_equal_pytorch(minilm_dir, tmp_path):
     null_odds = json.loads((tmp_path / "pred" / "null_odds.json").read_text())
     assert null_odds.keys() == expected.null_odds.keys()
     assert max(abs(null_odds[k] - expected.null_odds[k]) for k in null_odds) < 1e-3
+    # --eval-data: the export scored its own predictions (SQuAD 2.0 found in the file) officially.
+    from evaluation.squad import evaluate_squad_file
+
+    evaluation = json.loads((tmp_path / "exp" / "export.json").read_text())["evaluation"]
+    official = evaluate_squad_file(data, tmp_path / "pred" / "predictions.json",
+                                   na_prob_file=tmp_path / "pred" / "null_odds.json")
+    assert evaluation["task"] == "squad" and evaluation["main_metric"] == "f1" and evaluation["int8"] is None
+    assert evaluation["fp32"]["exact"] == official["exact"] and evaluation["fp32"]["f1"] == official["f1"]
 
 
 def test_pt2_export_runs_with_torch_alone(minilm_dir, tmp_path):
