@@ -25,8 +25,9 @@ def nightly_env(monkeypatch, tmp_path):
 
     home = embedded_env(monkeypatch, tmp_path)
     setup_home(home)
-    # A registry of its own: the session's shared home also holds other tests' models.
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'nightly.db'}")
+    # A registry of its own (the session's shared home also holds other tests' models), embedded like the
+    # default one: sqlite store and artifacts under this home.
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
     return home
 
 
@@ -99,3 +100,4 @@ def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, mi
     # The champion alias did not move.
     assert registry.latest_versions("bert-sst-2")["champion"] == champion["candidate"]
     assert Path(tmp_path / "night2" / "evaluations" / f"bert-sst-2-v{candidate}" / "metrics.json").is_file()
+    assert not (tmp_path / "mlruns").exists() and (tmp_path / "home" / "mlartifacts").is_dir()
