@@ -36,7 +36,13 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from bert_core import manifest, storage, zoo
-from bert_core.checkpoint import load_state_into, read_state_dict, save_state_dict
+from bert_core.checkpoint import (
+    find_model_files,
+    load_state_into,
+    read_state_dict,
+    resolve_model_dir,
+    save_state_dict,
+)
 from bert_core.config import BertConfig
 from bert_core.errors import BertPipelineError, CheckpointMismatchError
 from bert_core.modeling import BertForPreTraining
@@ -234,6 +240,10 @@ def preflight(config: PretrainConfig, shards: ShardSet,
     mistake costs nothing, and nothing is replaced until the new model is complete.
     """
     inputs = shards.sha256() | (eval_shards.sha256() if eval_shards else {})
+    if config.pretrained:
+        # The starting weights are an input like the data: other weights under the same path, another result.
+        _, weights = find_model_files(resolve_model_dir(config.pretrained))
+        inputs[storage.join(config.pretrained, weights.name)] = manifest.sha256_file(weights)
     if not storage.is_s3(config.output) and manifest.is_up_to_date(
             storage.local_path(config.output), STEP, config.result_config(), inputs):
         return inputs, manifest.read(storage.local_path(config.output))
@@ -246,8 +256,6 @@ def preflight(config: PretrainConfig, shards: ShardSet,
 def model_config_for(config: PretrainConfig) -> BertConfig:
     """The architecture a run will train, without building the model (for checks before launching)."""
     if config.pretrained:
-        from bert_core.checkpoint import find_model_files, resolve_model_dir
-
         return BertConfig.from_json_file(find_model_files(resolve_model_dir(config.pretrained))[0])
     return model_config_from(config.model)
 

@@ -83,6 +83,19 @@ def test_tiny_model_overfits_the_tiny_language(cfg, tmp_path):
         tracker.metrics[0][1])
 
 
+def test_pretrained_dir_is_the_starting_point(cfg, tmp_path):
+    """--pretrained DIR continues from those weights: step 1's loss is the trained model's, not a fresh one's."""
+    pretrain(cfg(num_steps=30, lr=3e-3, output=str(tmp_path / "first")))
+    fresh, continued = RecordingTracker(), RecordingTracker()
+    pretrain(cfg(num_steps=2, output=str(tmp_path / "fresh")), fresh)
+    pretrain(cfg(num_steps=2, output=str(tmp_path / "continued"), model=None, pretrained=str(tmp_path / "first")),
+             continued)
+    assert continued.losses()[0] < fresh.losses()[0] - 0.3
+    done = manifest.read(tmp_path / "continued")
+    assert done["config"]["pretrained"] == str(tmp_path / "first")
+    assert any(i["uri"].startswith(str(tmp_path / "first")) for i in done["inputs"])  # its weights are an input
+
+
 def test_accumulation_equals_the_doubled_batch(cfg, tmp_path):
     runs = {}
     for name, kwargs in {"accumulate": dict(batch_size=8, accumulate=2), "batch": dict(batch_size=16)}.items():
