@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
+import shlex
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -117,11 +120,13 @@ def main() -> None:
     for run in runners.values():
         run(texts[:args.batch_size])  # warm-up
     times: dict[str, list[float]] = {name: [] for name in runners}
+    loads = [os.getloadavg()[0]]  # the machine may be shared: figures under load are lower
     for _ in range(args.repeats):
         for name, run in runners.items():  # interleaved: machine noise hits every peer alike
             t0 = time.perf_counter()
             run(texts)
             times[name].append(time.perf_counter() - t0)
+        loads.append(os.getloadavg()[0])
     base = statistics.median(times["transformers.BertModel"])
     rows = []
     print("| implementation | sentences/s | vs transformers |")
@@ -131,9 +136,15 @@ def main() -> None:
         rows.append({"peer": name, "sentences_per_s": round(rate, 1), "ratio_vs_transformers":
                      round(base / statistics.median(ts), 3)})
         print(f"| {name} | {rate:.1f} | {base / statistics.median(ts):.2f}x |")
+    print(f"1-minute load average before and after each round: {', '.join(f'{x:.1f}' for x in loads)}")
     if args.out_json:
-        machine = {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-                   "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
+        import transformers
+
+        machine = {"cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                   "threads": torch.get_num_threads(), "torch": torch.__version__,
+                   "transformers": transformers.__version__, "date": time.strftime("%Y-%m-%d"),
+                   "load_averages": [round(x, 2) for x in loads],
+                   "command": "python " + shlex.join(["bench/embedding_throughput.py", *sys.argv[1:]])}
         args.out_json.parent.mkdir(parents=True, exist_ok=True)
         args.out_json.write_text(json.dumps({"machine": machine, "args": vars(args) | {"out_json": str(args.out_json)},
                                              "rows": rows}, indent=2, default=str) + "\n")

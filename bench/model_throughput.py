@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import shlex
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -80,6 +83,7 @@ def run_step(model, batch, train: bool, opt, device: str, dtype: str) -> None:
 
 
 def measure(name: str, mode: str, args) -> dict:
+    load_before = os.getloadavg()[0]  # the machine may be shared: figures under load are lower
     torch.manual_seed(0)
     ours, theirs, cfg = build_pair(name, args.device, args.dtype)
     batches = make_batches(args.warmup + args.steps, args.batch_size, args.seq_len, cfg.vocab_size, 0, args.device)
@@ -103,7 +107,8 @@ def measure(name: str, mode: str, args) -> dict:
                 times[k].append(time.perf_counter() - t0)
     tokens = sum(real_tokens[args.warmup:])
     row = {"config": name, "mode": mode, "batch_size": args.batch_size, "seq_len": args.seq_len,
-           "padding_fraction": round(1 - tokens / (padded * args.steps), 3), "dtype": args.dtype}
+           "padding_fraction": round(1 - tokens / (padded * args.steps), 3), "dtype": args.dtype,
+           "load_average_before": round(load_before, 2), "load_average_after": round(os.getloadavg()[0], 2)}
     for k in models:
         row[f"{k}_tokens_per_s"] = round(tokens / sum(times[k]), 1)
         row[f"{k}_median_step_s"] = round(statistics.median(times[k]), 4)
@@ -133,16 +138,18 @@ def main() -> None:
 
     machine = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor()
                or platform.machine(), "torch": torch.__version__, "transformers": transformers.__version__,
-               "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d")}
+               "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
+               "command": "python " + shlex.join(["bench/model_throughput.py", *sys.argv[1:]])}
     rows = []
-    print("| config | mode | ours tok/s | transformers tok/s | ratio | padding |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| config | mode | ours tok/s | transformers tok/s | ratio | padding | load avg before/after |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for name in args.configs:
         for mode in args.modes:
             row = measure(name, mode, args)
             rows.append(row)
             print(f"| {name} | {mode} | {row['ours_tokens_per_s']:.0f} | {row['transformers_tokens_per_s']:.0f} "
-                  f"| {row['ratio_ours_over_transformers']:.2f}x | {row['padding_fraction']:.0%} |", flush=True)
+                  f"| {row['ratio_ours_over_transformers']:.2f}x | {row['padding_fraction']:.0%} "
+                  f"| {row['load_average_before']:.1f} / {row['load_average_after']:.1f} |", flush=True)
     if args.out_json:
         args.out_json.parent.mkdir(parents=True, exist_ok=True)
         args.out_json.write_text(json.dumps({"machine": machine, "args": {k: str(v) for k, v in vars(args).items()},
