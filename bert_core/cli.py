@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     # demo runs an Airflow DAG: like evaluate, reached by module name only.
     "demo": ("bert_core.commands.demo", "run the bert_demo DAG (raw text to a promoted model) on bundled tiny data"),
+    "stack": (
+        "bert_core.commands.stack",
+        "start, stop or check the local MLflow server, Ray head and Airflow (up | down | status)",
+    ),
     "zoo": (
         "bert_core.commands.zoo",
         "list the model zoo names and where each model's files are expected",
