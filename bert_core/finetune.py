@@ -3,26 +3,40 @@
 The optimizer, schedule, mixed precision and update step are pretraining's (bert_core.train), so
 both share one implementation. Dev metrics come from the official scorers, which live in the
 evaluation layer: the caller passes them in as `scorer(task, gold_file, prediction_file,
-na_prob_file)`, and they read exactly the files this step writes, so the metrics in the manifest
-are what `bert-pipeline evaluate` prints for those files.
+na_prob_file, language=...)`, and they read exactly the files this step writes, so the metrics in
+the manifest are what `bert-pipeline evaluate` prints for those files.
+
+`finetune(cfg, scorer)` runs in this process, or with --num-workers N > 1 (or RAY_ADDRESS) on Ray
+Train like pretraining (bert_core.train.ray_launcher): every worker runs `train`, DDP over gloo (CPU)
+or NCCL (GPU). Each update's batch of --batch-size rows is split across the workers, and every
+micro-batch's mean loss is weighted by its share of the whole batch (rows, or labelled tokens for
+NER), so N workers compute the gradient one worker computes on the same batch. Evaluation files are
+split across the workers too; rank 0 gathers the outputs, writes and scores the predictions, keeps
+the best epoch, logs to MLflow and writes the output.
 
 Output directory: `model/` (the best epoch's weights, config with labels, vocab), the best
 epoch's dev predictions, test predictions when the data has a test file, `metrics.json` (every
-epoch) and `manifest.json` whose `metrics` are the best epoch's dev metrics.
+epoch) and `manifest.json` whose `metrics` are the best epoch's dev metrics. The MLflow run
+(experiment `bert-finetune/<TASK>`) gets the config as params, every epoch's metrics, the best
+epoch's as `best/<metric>`, the manifest, metrics.json, the prediction files (artifact path
+`predictions/`) and the model.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import math
+import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,7 +48,8 @@ from bert_core.errors import BertPipelineError
 from bert_core.tasks import registry
 from bert_core.tasks.adapters import ADAPTERS, Adapter, EvalSet
 from bert_core.tokenization import BertTokenizer
-from bert_core.tracking import Tracker, build_tracker, standard_tags
+from bert_core.tracking import NullTracker, Tracker, build_tracker, standard_tags
+from bert_core.train import dist
 from bert_core.train.loop import optimizer_step
 from bert_core.train.optim import build_optimizer, build_scheduler
 from bert_core.train.precision import Precision
@@ -44,7 +59,8 @@ log = logging.getLogger(__name__)
 Scorer = Callable[..., dict[str, float]]
 OPTIMIZERS = {"adam": "adamw", "adamw": "adamw", "bertadam": "bertadam", "lamb": "lamb"}
 # Fields that change how the step runs, not what it computes: left out of the idempotence check.
-_RUN_FIELDS = ("output", "overwrite", "tracking", "tracking_uri", "device")
+_RUN_FIELDS = ("output", "overwrite", "tracking", "tracking_uri", "device", "storage")
+PREDICTIONS_ARTIFACT = "predictions"  # MLflow artifact path of the prediction files
 
 
 @dataclass
@@ -53,7 +69,7 @@ class FinetuneConfig:
     data_dir: str
     model: str
     output: str
-    batch_size: int = 32
+    batch_size: int = 32  # the global batch: split across workers
     epochs: int = 3
     lr: float = 2e-5
     max_len: int = 128
@@ -66,7 +82,8 @@ class FinetuneConfig:
     warmup_ratio: float = 0.1
     max_grad_norm: float = 1.0
     eval_batch_size: int = 64
-    language: str | None = None  # XNLI rows of the original multi-language file
+    language: str | None = None  # XNLI rows of the original multi-language file; XNLI-MT train file
+    train_file: str | None = None  # instead of the data dir's train file (XNLI-MT, other layouts)
     # SQuAD
     max_seq_length: int = 384
     doc_stride: int = 128
@@ -76,6 +93,10 @@ class FinetuneConfig:
     version_2: bool = False
     null_score_diff_threshold: float = 0.0
     max_train_examples: int | None = None  # a quick run on the first N (benchmarks, demos)
+    # Ray Train
+    num_workers: int = 1
+    use_gpu: bool = False
+    storage: str | None = None
     overwrite: bool = False
     tracking: bool = True
     tracking_uri: str | None = None
@@ -87,6 +108,95 @@ class FinetuneConfig:
         for name in ("batch_size", "epochs", "accumulate", "max_len", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise BertPipelineError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.num_workers < 0:
+            raise BertPipelineError("--num-workers must not be negative")
+
+    def runs_on_ray(self) -> bool:
+        """As pretraining: Ray for more than one worker, or for one when RAY_ADDRESS names a cluster."""
+        return self.num_workers > 1 or (self.num_workers == 1 and bool(os.environ.get("RAY_ADDRESS")))
+
+    def result_config(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in _RUN_FIELDS}
+
+
+def experiment_name(task: str) -> str:
+    return f"bert-finetune/{registry.get(task).name}"
+
+
+@dataclass
+class Prepared:
+    """What every worker needs before training: the task, its files and the inputs' hashes."""
+
+    task: registry.TaskInfo
+    model_dir: Path
+    adapter: Adapter
+    inputs: dict[str, str]  # path -> sha256 of the files this run reads
+
+
+def prepare(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> Prepared:
+    """Check the config, the task's files and the model; hash the inputs unless given (Ray workers get
+    the driver's hashes)."""
+    cfg.validate()
+    task = registry.get(cfg.task)
+    data_dir = storage.local_dir(cfg.data_dir)
+    if not data_dir.is_dir():
+        raise BertPipelineError(f"--data-dir {cfg.data_dir}: no such directory")
+    model_dir = resolve_model_dir(cfg.model)
+    adapter: Adapter = ADAPTERS[task.kind](task, data_dir, BertTokenizer.from_model_dir(model_dir), cfg)
+    if inputs is None:
+        # Only the files this run reads: a data dir may hold much more (all 15 XNLI-MT train files).
+        files = [adapter.train_file()] + [path for _, path in adapter.eval_files()]
+        files += [p for p in sorted(model_dir.iterdir()) if p.is_file() and p.suffix in (".safetensors", ".bin")]
+        inputs = {str(p): manifest.sha256_file(p) for p in files}
+    return Prepared(task, model_dir, adapter, inputs)
+
+
+def _existing_result(cfg: FinetuneConfig, prepared: Prepared) -> dict | None:
+    """The manifest when --output already holds this exact result; an error when it holds anything else
+    (unless --overwrite), raised before training rather than after it."""
+    if storage.is_s3(cfg.output):
+        taken = storage.exists(cfg.output)
+    else:
+        if manifest.is_up_to_date(cfg.output, "finetune", cfg.result_config(), prepared.inputs):
+            return manifest.read(cfg.output)
+        out = storage.local_path(cfg.output)
+        taken = out.exists() and (not out.is_dir() or any(out.iterdir()))
+    if taken and not cfg.overwrite:
+        raise BertPipelineError(f"{cfg.output} already exists and is not this run's result; pass --overwrite "
+                                "to replace it")
+    return None
+
+
+def finetune(cfg: FinetuneConfig, scorer: Scorer, tracker: Tracker | None = None) -> dict:
+    """Fine-tune (in this process or on Ray Train, see the module doc); returns the output manifest.
+
+    With no `tracker`, opens and closes its own MLflow run in `bert-finetune/<TASK>` (unless
+    cfg.tracking is off); a given tracker is logged into and left open for the caller.
+    """
+    on_ray = cfg.runs_on_ray()
+    if on_ray:
+        from bert_core.train import ray_launcher
+
+        cfg = ray_launcher.absolutize(cfg)  # the workers do not run in this directory
+    prepared = prepare(cfg)
+    done = _existing_result(cfg, prepared)
+    if done is not None:
+        log.info("%s already holds this fine-tuning result (same config and inputs): nothing to do", cfg.output)
+        return done
+    own_tracker = tracker is None
+    tracker = tracker or build_tracker(cfg.tracking, cfg.tracking_uri, experiment=experiment_name(cfg.task))
+    try:
+        if on_ray:
+            result = ray_launcher.launch_finetune(cfg, scorer, tracker, prepared.inputs)
+        else:
+            result = train(cfg, scorer, tracker, prepared)
+    except BaseException:
+        if own_tracker:
+            tracker.end("FAILED")
+        raise
+    if own_tracker:
+        tracker.end()
+    return result
 
 
 def _seed_everything(seed: int) -> None:
@@ -95,6 +205,14 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def _device(cfg: FinetuneConfig) -> torch.device:
+    if cfg.device:
+        return torch.device(cfg.device)
+    if cfg.use_gpu and not torch.cuda.is_available():
+        raise BertPipelineError("--use-gpu: no CUDA device is visible")
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _batch(arrays: dict[str, np.ndarray], index: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
@@ -131,77 +249,104 @@ def predict(model: torch.nn.Module, arrays: dict[str, np.ndarray], names: tuple[
     return {name: np.concatenate(parts) for name, parts in outputs.items()}
 
 
+def _predict_on_workers(model: torch.nn.Module, arrays: dict[str, np.ndarray], names: tuple[str, ...],
+                        batch_size: int, precision: Precision, device: torch.device) -> dict[str, np.ndarray] | None:
+    """Every row's outputs at rank 0 (None on the other ranks): each worker predicts a contiguous share."""
+    rank, world = dist.rank(), dist.world_size()
+    share = np.array_split(np.arange(len(arrays["input_ids"])), world)[rank]
+    part = None
+    if len(share):
+        part = predict(model, {k: v[share] for k, v in arrays.items()}, names, batch_size, precision, device)
+    parts = [p for p in dist.all_gather_objects(part) if p is not None]  # in rank order = row order
+    if rank != 0:
+        return None
+    return {name: np.concatenate([p[name] for p in parts]) for name in names}
+
+
 def _prefixed(name: str, first: bool, metrics: dict[str, float]) -> dict[str, float]:
     """The first dev file's metrics keep their official names; others (MNLI mismatched) get a prefix."""
     return dict(metrics) if first else {f"{name}/{k}": v for k, v in metrics.items()}
 
 
-def _inputs(cfg: FinetuneConfig, data_dir: Path, model_dir: Path) -> dict[str, str]:
-    files = [p for p in sorted(data_dir.iterdir()) if p.is_file()]
-    weights = [p for p in sorted(model_dir.iterdir()) if p.is_file() and p.suffix in (".safetensors", ".bin")]
-    return {str(p): manifest.sha256_file(p) for p in files + weights}
+def _train_step(model: torch.nn.Module, adapter: Adapter, arrays: dict[str, np.ndarray], group: list[np.ndarray],
+                precision: Precision, device: torch.device) -> float:
+    """Forward and backward of one update's micro-batches, each worker on its share of every micro-batch;
+    returns the loss of the whole (global, accumulated) batch.
+
+    Every share's mean loss is weighted by its share of the batch's loss terms (adapter.loss_weight,
+    summed over workers before the forward passes), so accumulation and workers add up to the mean over
+    the whole batch; DDP averages the workers' gradients, hence the factor `world`."""
+    rank, world = dist.rank(), dist.world_size()
+    shares = [np.array_split(index, world)[rank] for index in group]
+    weights = torch.tensor([float(adapter.loss_weight(arrays, s)) if len(s) else 0.0 for s in shares], device=device)
+    total = float(dist.all_reduce_sum(weights.sum().reshape(1))[0])
+    step_loss = torch.zeros(1, device=device)
+    for i, (share, weight) in enumerate(zip(shares, weights.tolist())):
+        # A worker with no rows of this micro-batch (fewer rows than workers) still runs a forward and
+        # backward, on a row it does not own and with weight 0, because DDP's gradient all-reduce needs
+        # every worker.
+        rows = share if weight > 0 else group[i][:1]
+        sync = i == len(shares) - 1 or not hasattr(model, "no_sync")
+        with contextlib.nullcontext() if sync else model.no_sync():
+            with precision.autocast():
+                loss = model(**_batch(arrays, rows, device)).loss
+            fraction = weight / max(total, 1.0)
+            precision.scale(loss * (fraction * world)).backward()
+        step_loss += loss.detach().float() * fraction
+    return float(dist.all_reduce_sum(step_loss)[0])
 
 
-def finetune(cfg: FinetuneConfig, scorer: Scorer, tracker: Tracker | None = None) -> dict:
-    """Train on the task's train file, score dev each epoch, write the best epoch's model and predictions."""
-    cfg.validate()
-    task = registry.get(cfg.task)
-    data_dir = storage.local_dir(cfg.data_dir)
-    if not data_dir.is_dir():
-        raise BertPipelineError(f"--data-dir {cfg.data_dir}: no such directory")
-    model_dir = resolve_model_dir(cfg.model)
-    config_for_manifest = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _RUN_FIELDS}
-    inputs = _inputs(cfg, data_dir, model_dir)
-    if not storage.is_s3(cfg.output) and manifest.is_up_to_date(cfg.output, "finetune", config_for_manifest, inputs):
-        log.info("%s already holds this fine-tuning result (same config and inputs): nothing to do", cfg.output)
-        return manifest.read(cfg.output)
+def train(cfg: FinetuneConfig, scorer: Scorer, tracker: Tracker, prepared: Prepared,
+          device: torch.device | None = None) -> dict:
+    """Train on the task's train file, score dev each epoch, write the best epoch's model and predictions.
+
+    Runs on every worker (one in-process worker, or each Ray Train worker); returns the manifest on all.
+    """
+    rank, world = dist.rank(), dist.world_size()
+    tracker = tracker if rank == 0 else NullTracker()
+    task, adapter = prepared.task, prepared.adapter
     started = manifest.now()
-    device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = device or _device(cfg)
     _seed_everything(cfg.seed)
-    tokenizer = BertTokenizer.from_model_dir(model_dir)
-    adapter: Adapter = ADAPTERS[task.kind](task, data_dir, tokenizer, cfg)
-    train = adapter.train_arrays()
+    train_arrays = adapter.train_arrays()
     if cfg.max_train_examples:
-        train = {k: v[:cfg.max_train_examples] for k, v in train.items()}
+        train_arrays = {k: v[:cfg.max_train_examples] for k, v in train_arrays.items()}
     eval_sets = adapter.eval_sets()
-    model = adapter.model_class.from_pretrained(str(model_dir), **adapter.config_overrides()).to(device)
-    n_train = len(train["input_ids"])
+    model = adapter.model_class.from_pretrained(str(prepared.model_dir), **adapter.config_overrides()).to(device)
+    if world > 1:
+        # The new head's initial weights came from cfg.seed on every worker (and DDP broadcasts rank 0's);
+        # dropout now draws from a stream of each worker's own. One worker keeps cfg.seed's stream.
+        torch.manual_seed(int(np.random.SeedSequence([cfg.seed, rank]).generate_state(1)[0]))
+    ddp_model = dist.wrap_ddp(model, device)
+    n_train = len(train_arrays["input_ids"])
     steps_per_epoch = math.ceil(n_train / (cfg.batch_size * cfg.accumulate))
     total_steps = steps_per_epoch * cfg.epochs
     optimizer = build_optimizer(model, OPTIMIZERS[cfg.optimizer], cfg.lr, cfg.weight_decay, cfg.epsilon)
     scheduler = build_scheduler(optimizer, total_steps, cfg.warmup_ratio)
     precision = Precision(cfg.dtype, device)
-    own_tracker = tracker is None
-    tracker = tracker or build_tracker(cfg.tracking, cfg.tracking_uri, experiment=f"bert-finetune/{task.name}")
-    tracker.set_tags(standard_tags(manifest.sha256_file(adapter.train_file())))
-    tracker.log_params({k: v for k, v in config_for_manifest.items() if v is not None})
-    log.info("fine-tuning %s on %d training rows (%d updates over %d epochs) from %s",
-             task.name, n_train, total_steps, cfg.epochs, model_dir)
+    tracker.set_tags(standard_tags(prepared.inputs.get(str(adapter.train_file()))))
+    tracker.log_params({**{k: v for k, v in cfg.result_config().items() if v is not None}, "world_size": world})
+    if rank == 0:
+        log.info("fine-tuning %s on %d training rows (%d updates over %d epochs, %d worker(s)) from %s",
+                 task.name, n_train, total_steps, cfg.epochs, world, prepared.model_dir)
     history: list[dict[str, float]] = []
     best: tuple[float, int, dict, Path] | None = None
     scratch = Path(tempfile.mkdtemp(prefix="bert-finetune-"))
     step = 0
     try:
         for epoch in range(cfg.epochs):
-            model.train()
-            order = np.random.default_rng(cfg.seed + epoch).permutation(n_train)
+            ddp_model.train()
+            order = np.random.default_rng(cfg.seed + epoch).permutation(n_train)  # the same on every worker
             micro = [order[i:i + cfg.batch_size] for i in range(0, n_train, cfg.batch_size)]
-            bar = tqdm(range(0, len(micro), cfg.accumulate), desc=f"epoch {epoch + 1}/{cfg.epochs}", unit="update")
+            bar = tqdm(range(0, len(micro), cfg.accumulate), desc=f"epoch {epoch + 1}/{cfg.epochs}", unit="update",
+                       disable=rank != 0)
             seen, t0, loss_sum = 0, time.perf_counter(), 0.0
             for first in bar:
                 group = micro[first:first + cfg.accumulate]
-                rows = sum(len(g) for g in group)
-                step_loss = 0.0
-                for index in group:
-                    batch = _batch(train, index, device)
-                    with precision.autocast():
-                        loss = model(**batch).loss
-                    # Weight each micro-batch by its rows, so accumulation equals one big batch.
-                    precision.scale(loss * (len(index) / rows)).backward()
-                    step_loss += float(loss.detach()) * len(index) / rows
-                result = optimizer_step(model, optimizer, scheduler, precision, cfg.max_grad_norm, step, step_loss)
+                step_loss = _train_step(ddp_model, adapter, train_arrays, group, precision, device)
+                result = optimizer_step(ddp_model, optimizer, scheduler, precision, cfg.max_grad_norm, step, step_loss)
                 step += 1
-                seen += rows
+                seen += sum(len(g) for g in group)
                 loss_sum += step_loss
                 bar.set_postfix(loss=f"{step_loss:.4f}", lr=f"{result.lr:.2e}",
                                 ex_s=f"{seen / (time.perf_counter() - t0):.1f}")
@@ -212,61 +357,85 @@ def finetune(cfg: FinetuneConfig, scorer: Scorer, tracker: Tracker | None = None
             epoch_metrics.update(dev_metrics)
             history.append({"epoch": epoch + 1, **epoch_metrics})
             tracker.log_metrics(epoch_metrics, step=epoch + 1)
-            log.info("epoch %d: %s", epoch + 1, json.dumps({k: round(v, 4) for k, v in epoch_metrics.items()}))
+            if rank == 0:
+                log.info("epoch %d: %s", epoch + 1, json.dumps({k: round(v, 4) for k, v in epoch_metrics.items()}))
             score = dev_metrics.get(task.main_metric, float("nan"))
-            if best is None or score > best[0]:
+            if rank == 0 and (best is None or score > best[0]):
                 state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
                 best = (score, epoch + 1, state, epoch_dir)
-        assert best is not None
-        result = _write_output(cfg, model, model_dir, best, history, config_for_manifest, inputs, started, task)
-        tracker.log_metrics({f"best/{k}": v for k, v in result["metrics"].items()}, step=best[1])
-        if not storage.is_s3(cfg.output):
-            tracker.log_artifact(Path(cfg.output) / manifest.MANIFEST)
-            tracker.log_artifact(Path(cfg.output) / "metrics.json")
-            tracker.log_model_dir(Path(cfg.output) / "model")
-        if own_tracker:
-            tracker.end()
-        return result
-    except BaseException:
-        if own_tracker:
-            tracker.end("FAILED")
-        raise
+        result_manifest = None
+        if rank == 0:
+            assert best is not None
+            result_manifest = _write_output(cfg, model, prepared, best, history, started, tracker, world)
+        return dist.broadcast_object(result_manifest)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _evaluate(adapter: Adapter, model, eval_sets: list[EvalSet], cfg: FinetuneConfig, scorer: Scorer,
               precision: Precision, device, out_dir: Path, task) -> dict[str, float]:
+    """Predict every evaluation file (split across workers); rank 0 writes and scores the predictions and
+    tells every worker the metrics, or the error that stops them all."""
+    rank, world = dist.rank(), dist.world_size()
+    outputs = [_predict_on_workers(model, s.arrays, adapter.output_names, cfg.eval_batch_size, precision, device)
+               for s in eval_sets]
+    decision: dict[str, Any] = {}
+    if rank == 0:
+        try:
+            decision["metrics"] = _write_and_score(adapter, eval_sets, outputs, cfg, scorer, out_dir, task)
+        except BertPipelineError as exc:
+            if world == 1:
+                raise
+            decision["error"] = str(exc)
+    decision = dist.broadcast_object(decision)
+    if "error" in decision:
+        raise BertPipelineError(decision["error"])
+    return decision["metrics"]
+
+
+def _write_and_score(adapter: Adapter, eval_sets: list[EvalSet], outputs: list[dict[str, np.ndarray]],
+                     cfg: FinetuneConfig, scorer: Scorer, out_dir: Path, task) -> dict[str, float]:
     metrics: dict[str, float] = {}
     first = True
-    for eval_set in eval_sets:
-        outputs = predict(model, eval_set.arrays, adapter.output_names, cfg.eval_batch_size, precision, device)
-        written = adapter.write(eval_set, outputs, out_dir)
+    for eval_set, eval_outputs in zip(eval_sets, outputs):
+        written = adapter.write(eval_set, eval_outputs, out_dir)
         if not eval_set.has_gold:
             continue
         na_prob = out_dir / written.na_prob_file if written.na_prob_file else None
-        scores = scorer(task.name, written.gold_file, out_dir / written.prediction_file, na_prob)
+        scores = scorer(task.name, written.gold_file, out_dir / written.prediction_file, na_prob,
+                        language=cfg.language)
         metrics.update(_prefixed(eval_set.name, first, scores))
         first = False
     return metrics
 
 
-def _write_output(cfg, model, model_dir: Path, best, history, config_for_manifest, inputs, started, task) -> dict:
+def _write_output(cfg: FinetuneConfig, model, prepared: Prepared, best, history, started: str, tracker: Tracker,
+                  world: int) -> dict:
+    """The output directory, committed at once; its files are logged to the MLflow run before the commit."""
     score, epoch, state, epoch_dir = best
+    task = prepared.task
     with storage.atomic_output_dir(cfg.output, overwrite=cfg.overwrite) as tmp:
         (tmp / "model").mkdir()
-        vocab = model_dir / "vocab.txt"
+        vocab = prepared.model_dir / "vocab.txt"
         save_state_dict(state, model.config, tmp / "model", vocab if vocab.is_file() else None)
         files = [f"model/{p.name}" for p in sorted((tmp / "model").iterdir())]
+        predictions = []
         for path in sorted(epoch_dir.iterdir()):
             shutil.copyfile(path, tmp / path.name)
-            files.append(path.name)
+            predictions.append(path.name)
         best_metrics = {k: v for k, v in history[epoch - 1].items() if k not in ("epoch", "train_loss")}
         (tmp / "metrics.json").write_text(json.dumps({"best_epoch": epoch, "main_metric": task.main_metric,
                                                       "dev": best_metrics, "epochs": history}, indent=2) + "\n")
-        files.append("metrics.json")
-        result = manifest.build("finetune", config_for_manifest, inputs, tmp, files, started, metrics=best_metrics,
-                                extra={"task": task.name, "best_epoch": epoch})
+        files += predictions + ["metrics.json"]
+        result = manifest.build("finetune", cfg.result_config(), prepared.inputs, tmp, files, started,
+                                metrics=best_metrics, extra={"task": task.name, "best_epoch": epoch,
+                                                             "world_size": world, "mlflow_run_id": tracker.run_id})
         manifest.write(result, tmp)
+        tracker.log_metrics({f"best/{k}": v for k, v in best_metrics.items()}, step=epoch)
+        for name in predictions:
+            tracker.log_artifact(tmp / name, PREDICTIONS_ARTIFACT)
+        tracker.log_artifact(tmp / manifest.MANIFEST)
+        tracker.log_artifact(tmp / "metrics.json")
+        tracker.log_model_dir(tmp / "model")
     log.info("best epoch %d (%s=%.4f); wrote %s", epoch, task.main_metric, score, cfg.output)
     return result

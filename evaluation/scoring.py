@@ -10,7 +10,8 @@ from evaluation import glue, ner, squad
 
 
 def score_predictions(task: str, gold: str | Path, predictions: str | Path,
-                      na_prob_file: str | Path | None = None) -> dict[str, float]:
+                      na_prob_file: str | Path | None = None, language: str | None = None) -> dict[str, float]:
+    """`language`: XNLI rows of the original multi-language file (default zh), as fine-tuning read them."""
     info = registry.get(task)
     if info.kind == "squad":
         result = squad.evaluate_squad_file(gold, predictions, na_prob_file=na_prob_file, strict=True)
@@ -18,4 +19,4 @@ def score_predictions(task: str, gold: str | Path, predictions: str | Path,
     if info.kind == "ner":
         return ner.evaluate_ner_files(gold, predictions)
     gold_task = "mnli-mm" if info.name == "mnli" and "mismatched" in Path(gold).name else info.name
-    return glue.evaluate_glue_files(gold_task, gold, predictions)
+    return glue.evaluate_glue_files(gold_task, gold, predictions, language=language)

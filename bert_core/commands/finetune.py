@@ -13,11 +13,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("task", metavar="TASK", help=f"one of: {', '.join(TASKS)} (GLUE names are case-insensitive)")
     p.add_argument("--data-dir", required=True, help="directory with the task's files as distributed "
                    "(GLUE: train.tsv, dev.tsv [, test.tsv]; MNLI: dev_matched.tsv, dev_mismatched.tsv; XNLI: "
-                   "train.tsv, dev.tsv; SQuAD: train-v1.1.json, dev-v1.1.json or the v2.0 files; NER: train.txt, dev.txt)")
+                   "train.tsv, dev.tsv, or the original xnli.dev.tsv/xnli.test.tsv with XNLI-MT's multinli/ directory; SQuAD: train-v1.1.json, dev-v1.1.json or the v2.0 files; NER: train.txt, dev.txt)")
     p.add_argument("--model", required=True, metavar="NAME_OR_DIR",
                    help="pretrained model directory, s3:// URI or zoo name (needs vocab.txt)")
     p.add_argument("--output", required=True, metavar="DIR_OR_URI", help="output directory (written atomically)")
-    p.add_argument("--batch-size", type=int, default=32, help="examples per micro-batch (default 32)")
+    p.add_argument("--batch-size", type=int, default=32, help="examples per micro-batch, all workers together (default 32)")
     p.add_argument("--epochs", type=int, default=3, help="passes over the training data (default 3)")
     p.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (default 2e-5)")
     p.add_argument("--max-len", type=int, default=128, help="max tokens per example, classification/NER (default 128)")
@@ -32,7 +32,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-ratio", type=float, default=0.1, help="fraction of updates with linear warmup (0.1)")
     p.add_argument("--max-grad-norm", type=float, default=1.0, help="global gradient-norm clip (default 1.0)")
     p.add_argument("--eval-batch-size", type=int, default=64, help="examples per batch when predicting (64)")
-    p.add_argument("--language", help="XNLI: rows of this language in the original multi-language files (zh)")
+    p.add_argument("--language", help="XNLI: rows of this language in the original multi-language files "
+                   "xnli.dev.tsv/xnli.test.tsv (default zh), and the XNLI-MT train file "
+                   "multinli/multinli.train.<language>.tsv looked for in --data-dir")
+    p.add_argument("--train-file", metavar="FILE",
+                   help="train on this file instead of the one in --data-dir, e.g. XNLI-MT-1.0's "
+                        "multinli/multinli.train.en.tsv for XNLI's zero-shot setting (dev/test rows still "
+                        "picked by --language)")
     p.add_argument("--max-seq-length", type=int, default=384, help="SQuAD window length in tokens (default 384)")
     p.add_argument("--doc-stride", type=int, default=128, help="SQuAD: tokens between window starts (default 128)")
     p.add_argument("--max-query-length", type=int, default=64, help="SQuAD: question tokens kept (default 64)")
@@ -42,7 +48,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--null-score-diff-threshold", type=float, default=0.0,
                    help="SQuAD 2.0: answer '' when null score - best span score exceeds this (default 0.0)")
     p.add_argument("--max-train-examples", type=int, help="train on the first N rows/windows only (quick runs)")
-    p.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    p.add_argument("--device", help="torch device of an in-process run (default: cuda when available, else cpu)")
+    scale = p.add_argument_group("distributed (Ray Train)")
+    scale.add_argument("--num-workers", type=int, default=1,
+                       help="training workers (one per GPU with --use-gpu), each on its share of every batch: the "
+                            "global batch stays --batch-size. 0 or 1: in this process (1 runs on Ray when "
+                            "RAY_ADDRESS is set); more: Ray Train on the local Ray or the cluster at RAY_ADDRESS "
+                            "(default 1)")
+    scale.add_argument("--use-gpu", action="store_true", help="train on GPUs (NCCL between workers)")
+    scale.add_argument("--storage", metavar="URI",
+                       help="Ray Train storage path, shared by all nodes: local/NFS path or s3:// "
+                            "(default: $BERT_PIPELINE_HOME/ray_results)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     p.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or the embedded sqlite)")

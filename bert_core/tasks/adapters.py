@@ -22,7 +22,7 @@ from bert_core.modeling import (
     BertForTokenClassification,
 )
 from bert_core.tasks import conll, features, glue, squad
-from bert_core.tasks.registry import TaskInfo, find_file
+from bert_core.tasks.registry import Split, TaskInfo, find_file
 
 log = logging.getLogger(__name__)
 
@@ -55,19 +55,36 @@ class Adapter(abc.ABC):
         return {}
 
     def train_file(self) -> Path:
-        return find_file(self.data_dir, self.task.train_files, "train", self.task)
+        """--train-file when given, else the task's train file in the data dir."""
+        if self.cfg.train_file:
+            path = Path(self.cfg.train_file)
+            if not path.is_file():
+                raise BertPipelineError(f"--train-file {self.cfg.train_file}: no such file")
+            return path
+        language = self.cfg.language or glue.DEFAULT_XNLI_LANGUAGE
+        return find_file(self.data_dir, self._train_candidates(language), "train", self.task,
+                         hint=self.task.missing_train_hint)
+
+    def _train_candidates(self, language: str) -> tuple[str, ...]:
+        return self.task.train_candidates(language)
+
+    def eval_files(self) -> list[tuple[Split, Path]]:
+        """The evaluation files present in the data dir (an error when a required one is missing)."""
+        found = []
+        for split in self.task.eval_splits():
+            path = find_file(self.data_dir, split.files, split.name, self.task, required=split.required)
+            if path is not None:
+                found.append((split, path))
+        return found
 
     def eval_sets(self) -> list[EvalSet]:
-        sets = []
-        for index, name in enumerate(self.task.dev_files):
-            path = find_file(self.data_dir, (name,), "dev", self.task, required=index == 0)
-            if path is not None:
-                sets.append(self.eval_set(Path(name).stem, path, has_gold=True))
-        for name in self.task.test_files:
-            path = find_file(self.data_dir, (name,), "test", self.task, required=False)
-            if path is not None:
-                sets.append(self.eval_set(Path(name).stem, path, has_gold=False))
-        return sets
+        return [self.eval_set(split.name, path, split.gold) for split, path in self.eval_files()]
+
+    def loss_weight(self, arrays: dict[str, np.ndarray], index: np.ndarray) -> int:
+        """How many terms the model's mean loss averages over in rows `index`: rows, for the heads whose
+        loss is a mean over examples. Micro-batches and workers are weighted by it, so that together
+        they compute the mean over the whole batch."""
+        return len(index)
 
     @abc.abstractmethod
     def train_arrays(self) -> dict[str, np.ndarray]:
@@ -141,12 +158,12 @@ class SquadAdapter(Adapter):
         wanted = "v2.0" if self.cfg.version_2 else "v1.1"
         return tuple(f for f in files if wanted in f or "v" not in f)
 
-    def train_file(self) -> Path:
-        return find_file(self.data_dir, self._version_files(self.task.train_files), "train", self.task)
+    def _train_candidates(self, language: str) -> tuple[str, ...]:
+        return self._version_files(self.task.train_files)
 
-    def eval_sets(self) -> list[EvalSet]:
-        path = find_file(self.data_dir, self._version_files(self.task.dev_files), "dev", self.task)
-        return [self.eval_set("dev", path, True)]
+    def eval_files(self) -> list[tuple[Split, Path]]:
+        dev = Split("dev", self._version_files(self.task.dev_files), gold=True, required=True)
+        return [(dev, find_file(self.data_dir, dev.files, "dev", self.task))]
 
     def _features(self, path: Path, training: bool):
         version, examples = squad.read_squad(path)
@@ -190,6 +207,10 @@ class NerAdapter(Adapter):
 
     def config_overrides(self) -> dict[str, Any]:
         return {"num_labels": len(self.labels), "id2label": dict(enumerate(self.labels))}
+
+    def loss_weight(self, arrays: dict[str, np.ndarray], index: np.ndarray) -> int:
+        # The token-classification loss is a mean over the labelled word pieces, not over sentences.
+        return int((arrays["labels"][index] != -100).sum())
 
     def _encode(self, sentences: list[conll.Sentence], path: Path):
         texts, starts = [], []
