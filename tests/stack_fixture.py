@@ -1,0 +1,172 @@
+"""A running local stack (`bert-pipeline stack up`: MLflow server, Ray head, Airflow) for tests that need
+real services, on free ports in a temp home, stopped with `bert-pipeline stack down` at the end of the session.
+
+Use it from a test module by binding the fixture to a module-level name (an import would be reported as
+unused by the linter and then as redefined by the test's argument):
+
+    from tests import stack_fixture
+
+    local_stack = stack_fixture.local_stack
+
+    def test_something(local_stack):
+        local_stack.mlflow_url, local_stack.ray_address, local_stack.airflow_credentials() ...
+
+However many modules bind it, one stack is started per test session (module-level cache). Starting it takes
+about 45 s on 2 cores. Set BERT_PIPELINE_STACK_KEEP=1 to leave the home directory (logs) after the session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from bert_core.commands.stack import RAY_WORKER_PORTS, free_port
+
+UP_TIMEOUT_S = 400  # `stack up` waits up to its own --timeout (300 s) per phase; this bounds the whole command
+
+
+@dataclass(frozen=True)
+class LocalStack:
+    home: Path  # BERT_PIPELINE_HOME of the stack: mlflow.db, mlartifacts/, airflow/, stack/ (state and logs)
+    mlflow_port: int
+    airflow_port: int
+    ray_dashboard_port: int
+    ray_gcs_port: int
+
+    @property
+    def mlflow_url(self) -> str:
+        return f"http://127.0.0.1:{self.mlflow_port}"
+
+    @property
+    def airflow_url(self) -> str:
+        return f"http://127.0.0.1:{self.airflow_port}"
+
+    @property
+    def ray_dashboard_url(self) -> str:
+        """The Ray dashboard, which also serves the Job Submission API (`ray job submit --address ...`)."""
+        return f"http://127.0.0.1:{self.ray_dashboard_port}"
+
+    @property
+    def ray_address(self) -> str:
+        """The head's GCS address, for a Ray driver (`ray.init(address=...)`)."""
+        return f"127.0.0.1:{self.ray_gcs_port}"
+
+    @property
+    def airflow_password_file(self) -> Path:
+        return self.home / "airflow" / "simple_auth_manager_passwords.json.generated"
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "stack"
+
+    def airflow_credentials(self) -> tuple[str, str]:
+        """(user, password) of the Airflow admin that `airflow standalone` generated."""
+        return "admin", json.loads(self.airflow_password_file.read_text())["admin"]
+
+    def client_env(self) -> dict[str, str]:
+        """Environment variables that point a client process (CLI, driver, MLflow client) at this stack."""
+        return {"BERT_PIPELINE_HOME": str(self.home), "MLFLOW_TRACKING_URI": self.mlflow_url,
+                "RAY_ADDRESS": self.ray_address, "RAY_AUTH_MODE": "disabled"}
+
+    def cli(self, *args: str, timeout: float = UP_TIMEOUT_S) -> subprocess.CompletedProcess:
+        """Run `bert-pipeline stack ARGS --home HOME` in a child process (as a person would, so the services
+        are not children of the test process)."""
+        return subprocess.run([sys.executable, "-m", "bert_core.cli", "stack", *args, "--home", str(self.home)],
+                              env=service_env(), capture_output=True, text=True, timeout=timeout)
+
+    def log_tails(self, lines: int = 30) -> str:
+        """The last lines of each service log, for a failure message."""
+        out = []
+        for log in sorted(self.logs.glob("*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {log}\n" + "\n".join(tail))
+        return "\n".join(out)
+
+
+def service_env() -> dict[str, str]:
+    """This process's environment without what would point the stack's services somewhere else (the test
+    session's own AIRFLOW_HOME and Airflow settings, a tracking URI, a Ray address)."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("AIRFLOW", "MLFLOW_")) and k not in ("RAY_ADDRESS", "BERT_PIPELINE_HOME")}
+
+
+def _free_ports(count: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        # Ray refuses head ports inside the range it keeps for its workers.
+        if port not in ports and not RAY_WORKER_PORTS[0] <= port <= RAY_WORKER_PORTS[1]:
+            ports.append(port)
+    return ports
+
+
+@dataclass
+class _Cache:
+    stack: LocalStack | None = None
+
+
+_CACHE = _Cache()
+
+
+def start_stack(root: Path) -> LocalStack:
+    """`stack up` in root/home on free ports; fails the test with the service logs when it does not come up."""
+    mlflow, airflow, dashboard, gcs = _free_ports(4)
+    stack = LocalStack(home=root / "home", mlflow_port=mlflow, airflow_port=airflow, ray_dashboard_port=dashboard,
+                       ray_gcs_port=gcs)
+    try:
+        result = stack.cli("up", "--mlflow-port", str(mlflow), "--airflow-port", str(airflow),
+                           "--ray-dashboard-port", str(dashboard), "--ray-port", str(gcs))
+    except subprocess.TimeoutExpired:
+        stop_stack(stack)
+        pytest.fail(f"`bert-pipeline stack up` did not finish in {UP_TIMEOUT_S} s\n{stack.log_tails()}")
+    if result.returncode != 0:
+        stop_stack(stack)
+        pytest.fail(f"`bert-pipeline stack up` failed ({result.returncode}):\n{result.stdout}\n{result.stderr}\n"
+                    f"{stack.log_tails()}")
+    return stack
+
+
+def stop_stack(stack: LocalStack) -> subprocess.CompletedProcess:
+    """`stack down`, then remove Ray's per-home temp dir (sockets, session logs) that `down` leaves."""
+    state_file = stack.logs / "state.json"
+    ray_tmp = None
+    if state_file.is_file():
+        ray_tmp = json.loads(state_file.read_text()).get("services", {}).get("ray", {}).get("temp_dir")
+    result = stack.cli("down", timeout=180)
+    if ray_tmp and result.returncode == 0:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    return result
+
+
+@pytest.fixture(scope="session")
+def local_stack() -> Iterator[LocalStack]:
+    """The session's running stack (started on first use)."""
+    if _CACHE.stack is not None:
+        yield _CACHE.stack
+        return
+    # Not pytest's tmp_path: Airflow's and MLflow's paths appear in URLs and logs; a short root reads better.
+    root = Path(tempfile.mkdtemp(prefix="bert-stack-"))
+    keep = bool(os.environ.get("BERT_PIPELINE_STACK_KEEP"))
+    try:
+        _CACHE.stack = start_stack(root)
+    except BaseException:
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+        raise
+    try:
+        yield _CACHE.stack
+    finally:
+        stack, _CACHE.stack = _CACHE.stack, None
+        result = stop_stack(stack)
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+        assert result.returncode == 0, f"`stack down` failed:\n{result.stdout}\n{result.stderr}"

