@@ -408,7 +408,7 @@ def plan(home: Path, ports: dict[str, int], ray_num_cpus: int, airflow_paralleli
     }
 
 
-def _start(home: Path, name: str, spec: dict[str, Any]) -> tuple[subprocess.Popen, dict[str, Any]]:
+def _start(home: Path, spec: dict[str, Any]) -> tuple[subprocess.Popen, dict[str, Any]]:
     log = Path(spec["log"])
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as handle:
@@ -503,7 +503,7 @@ def up(stack: Stack, ports: dict[str, int], given: dict[str, int], ray_num_cpus:
             batch = {}
             for name in (name for name in phase if name in to_start):
                 print(f"  {name:8} starting (log: {specs[name]['log']})", flush=True)
-                batch[name] = started[name] = _start(stack.home, name, specs[name])
+                batch[name] = started[name] = _start(stack.home, specs[name])
                 stack.state["services"][name] = started[name][1]
                 stack.save()
             _wait_healthy(batch, timeout)
