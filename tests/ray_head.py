@@ -1,26 +1,17 @@
-"""A real local Ray cluster (`ray start --head` with its dashboard and job server) for the tests that submit
-Ray jobs; one per test session, stopped at the end."""
+"""A real local Ray cluster (`ray start --head --block` with its dashboard and job server) for the tests that
+submit Ray jobs; one per test session. It is started exactly as `bert-pipeline stack up` starts its Ray head
+(free ports, its own temp dir) and stopped by signalling its own process group, never with `ray stop`, which
+would kill every Ray process on the machine."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from bert_core.commands import stack
 
 
 @dataclass
@@ -33,22 +24,20 @@ class RayHead:
 
 @pytest.fixture(scope="session")
 def ray_head(tmp_path_factory) -> RayHead:
-    ray = shutil.which("ray", path=str(BIN)) or str(BIN / "ray")
     home = tmp_path_factory.mktemp("ray-head-home")
-    # The job drivers run with the environment `ray start` had: this venv's python first on PATH.
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", PATH=f"{BIN}:{os.environ['PATH']}", RAY_USAGE_STATS_ENABLED="0",
-               BERT_PIPELINE_HOME=str(home))
-    env.pop("RAY_ADDRESS", None)
-    dashboard, gcs = free_port(), free_port()
-    # Ray's unix socket paths must stay under 108 bytes: a short temp dir, not pytest's deep one.
-    ray_tmp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
-    start = subprocess.run([ray, "start", "--head", "--num-cpus", "2", "--port", str(gcs),
-                            "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
-                            "--temp-dir", str(ray_tmp), "--disable-usage-stats"],
-                           env=env, capture_output=True, text=True, timeout=180)
-    assert start.returncode == 0, start.stderr[-2000:]
+    ports = {"mlflow": 0, "airflow": 0, "ray_dashboard": stack.free_port(), "ray_gcs": stack.free_port()}
+    spec = stack.plan(home, ports, ray_num_cpus=2, airflow_parallelism=1)["ray"]
+    # The job drivers run with the environment the head was started with: this venv first on PATH.
+    env = {**spec["env"], "RAY_USAGE_STATS_ENABLED": "0"}
+    spec = {**spec, "env": env}
+    proc, record = stack._start(home, spec)
     try:
-        yield RayHead(f"http://127.0.0.1:{dashboard}", f"127.0.0.1:{gcs}", env, ray)
+        stack._wait_healthy({"ray": (proc, record)}, timeout=180)
+        yield RayHead(record["url"], record["address"], env, spec["command"][0])
     finally:
-        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+        stack.stop_process(proc.pid, record["started"], stack.STOP_GRACE_S["ray"])
+        proc.wait(timeout=60)
+        if not os.environ.get("BERT_PIPELINE_KEEP_RAY_LOGS"):
+            import shutil
+
+            shutil.rmtree(Path(record["temp_dir"]), ignore_errors=True)
