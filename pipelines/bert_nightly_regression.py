@@ -19,7 +19,7 @@ PARAMS = {
                     "registered task model that has pinned data and a champion."),
     "data": Param({}, type="object", description="Task -> pinned dev data directory (local or s3://); empty: the "
                   "bundled demo data (sst-2, squad). Its files' sha256 are recorded each night."),
-    "work_dir": Param("", type="string", description="Where the night's outputs go; empty: "
+    "work_dir": Param(None, type=["null", "string"], description="Where the night's outputs go; empty: "
                       "$BERT_PIPELINE_HOME/nightly/<run id>."),
     "quality_tolerance": Param(0.01, type="number", minimum=0, description="Relative drop of a dev metric that "
                                "counts as a regression (0.01 = 1% of the reference value)."),
@@ -30,7 +30,7 @@ PARAMS = {
     "throughput_steps": Param(6, type="integer", minimum=1, description="Measured steps per model and mode."),
     "throughput_batch_size": Param(16, type="integer", minimum=1, description="Sequences per benchmark batch."),
     "throughput_seq_len": Param(128, type="integer", minimum=8, description="Padded benchmark sequence length."),
-    "bench_dir": Param("", type="string", description="Directory of the benchmark scripts; empty: the bench/ "
+    "bench_dir": Param(None, type=["null", "string"], description="Directory of the benchmark scripts; empty: the bench/ "
                        "beside the DAGs folder."),
 }
 

