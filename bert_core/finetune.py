@@ -57,6 +57,7 @@ from bert_core.train.precision import Precision
 log = logging.getLogger(__name__)
 
 Scorer = Callable[..., dict[str, float]]
+SCORED = "scored.json"  # in an output (and each epoch's predictions): the files the dev metrics come from
 OPTIMIZERS = {"adam": "adamw", "adamw": "adamw", "bertadam": "bertadam", "lamb": "lamb"}
 # Fields that change how the step runs, not what it computes: left out of the idempotence check.
 _RUN_FIELDS = ("output", "overwrite", "tracking", "tracking_uri", "device", "storage")
@@ -263,6 +264,22 @@ def _predict_on_workers(model: torch.nn.Module, arrays: dict[str, np.ndarray], n
     return {name: np.concatenate([p[name] for p in parts]) for name in names}
 
 
+def score_output(pred_dir: Path, gold_dir: Path, task: str, scorer: Scorer) -> dict[str, float]:
+    """Score the prediction files listed in `pred_dir`/scored.json against the gold files in `gold_dir`: the
+    metrics fine-tuning reports, recomputed from files (the first dev file's under their official names)."""
+    try:
+        scored = json.loads((pred_dir / SCORED).read_text())
+    except FileNotFoundError:
+        raise BertPipelineError(f"{pred_dir}: no {SCORED} (not a fine-tuning output of this version)") from None
+    metrics: dict[str, float] = {}
+    for i, entry in enumerate(scored):
+        na_prob = pred_dir / entry["na_prob_file"] if entry["na_prob_file"] else None
+        scores = scorer(task, gold_dir / entry["gold_file"], pred_dir / entry["prediction_file"], na_prob,
+                        language=entry["language"])
+        metrics.update(_prefixed(entry["split"], i == 0, scores))
+    return metrics
+
+
 def _prefixed(name: str, first: bool, metrics: dict[str, float]) -> dict[str, float]:
     """The first dev file's metrics keep their official names; others (MNLI mismatched) get a prefix."""
     return dict(metrics) if first else {f"{name}/{k}": v for k, v in metrics.items()}
@@ -359,7 +376,9 @@ def train(cfg: FinetuneConfig, scorer: Scorer, tracker: Tracker, prepared: Prepa
             tracker.log_metrics(epoch_metrics, step=epoch + 1)
             if rank == 0:
                 log.info("epoch %d: %s", epoch + 1, json.dumps({k: round(v, 4) for k, v in epoch_metrics.items()}))
-            score = dev_metrics.get(task.main_metric, float("nan"))
+            score = dev_metrics.get(task.main_metric, math.nan)
+            if math.isnan(score):  # undefined (e.g. Pearson of constant predictions): never the best
+                score = -math.inf
             if rank == 0 and (best is None or score > best[0]):
                 state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
                 best = (score, epoch + 1, state, epoch_dir)
@@ -395,17 +414,16 @@ def _evaluate(adapter: Adapter, model, eval_sets: list[EvalSet], cfg: FinetuneCo
 
 def _write_and_score(adapter: Adapter, eval_sets: list[EvalSet], outputs: list[dict[str, np.ndarray]],
                      cfg: FinetuneConfig, scorer: Scorer, out_dir: Path, task) -> dict[str, float]:
-    metrics: dict[str, float] = {}
-    first = True
+    scored = []
     for eval_set, eval_outputs in zip(eval_sets, outputs):
         written = adapter.write(eval_set, eval_outputs, out_dir)
-        if not eval_set.has_gold:
-            continue
-        na_prob = out_dir / written.na_prob_file if written.na_prob_file else None
-        scores = scorer(task.name, written.gold_file, out_dir / written.prediction_file, na_prob,
-                        language=cfg.language)
-        metrics.update(_prefixed(eval_set.name, first, scores))
-        first = False
+        if eval_set.has_gold:
+            scored.append({"split": eval_set.name, "gold_file": written.gold_file.name,
+                           "prediction_file": written.prediction_file, "na_prob_file": written.na_prob_file,
+                           "language": cfg.language})
+    # What was scored, so that the evaluate step re-scores exactly these files (score_output).
+    (out_dir / SCORED).write_text(json.dumps(scored, indent=2) + "\n")
+    metrics = score_output(out_dir, Path(adapter.data_dir), task.name, scorer)
     return metrics
 
 

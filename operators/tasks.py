@@ -185,28 +185,30 @@ def finetune(task: str, data_dir: str, model: str, output: str, epochs: int = 1,
 
 
 def evaluate(finetuned: dict[str, Any], output: str) -> dict[str, Any]:
-    """Score the fine-tuned model's dev predictions with the official-equivalent scorer; writes
-    `metrics.json` and `manifest.json` in `output` (a directory or s3:// prefix, written atomically);
-    returns `finetuned` with these metrics."""
+    """Re-score the fine-tuned model's dev predictions (every file fine-tuning scored, listed in its
+    scored.json) with the official-equivalent scorers; writes `metrics.json` and `manifest.json` in `output` (a
+    directory or s3:// prefix, written atomically); returns `finetuned` with these metrics."""
     import tempfile
 
     from bert_core import manifest, storage
+    from bert_core.finetune import SCORED, score_output
     from bert_core.tasks import registry as tasks
     from evaluation.scoring import score_predictions
 
     started = manifest.now()
     task = tasks.get(finetuned["task"])
-    gold = tasks.find_file(storage.local_dir(finetuned["data_dir"]), task.dev_files, "dev", task)
-    name = "predictions.json" if task.kind == "squad" else "dev_predictions.tsv"
+    gold_dir = storage.local_dir(finetuned["data_dir"])
+    source = finetuned["output"]
     with tempfile.TemporaryDirectory(prefix="bert-evaluate-") as scratch:
-        predictions = Path(scratch) / name
-        source = storage.join(finetuned["output"], name)
+        pred_dir = storage.local_path(source) if not storage.is_s3(source) else Path(scratch)
+        scored = json.loads(storage.read_text(storage.join(source, SCORED)))
+        files = [SCORED] + [e[k] for e in scored for k in ("prediction_file", "na_prob_file") if e[k]]
         if storage.is_s3(source):
-            storage.download_file(source, predictions)
-        else:
-            predictions = storage.local_path(source)
-        metrics = score_predictions(task.name, gold, predictions)
-        inputs = {str(gold): manifest.sha256_file(gold), source: manifest.sha256_file(predictions)}
+            for name in files:
+                storage.download_file(storage.join(source, name), pred_dir / name)
+        metrics = score_output(pred_dir, gold_dir, task.name, score_predictions)
+        inputs = {storage.join(source, name): manifest.sha256_file(pred_dir / name) for name in files}
+        inputs.update({str(gold_dir / e["gold_file"]): manifest.sha256_file(gold_dir / e["gold_file"]) for e in scored})
     with storage.atomic_output_dir(output, overwrite=True) as out:
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         manifest.write(manifest.build("evaluate", {"task": task.name}, inputs, out, ["metrics.json"], started,

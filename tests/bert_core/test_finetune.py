@@ -122,10 +122,11 @@ def test_cli_and_bad_input(minilm_dir, tmp_path, capsys):
 
 
 def test_the_best_epoch_is_kept_not_the_last(tiny_bert, tmp_path):
-    """The scorer below reports the real metrics except for a scripted pearson that peaks at epoch 1, so
-    the epoch to keep is known: its metrics, predictions and weights must be the output's, not epoch 3's."""
+    """The scorer below reports the real metrics except for a scripted pearson: undefined (NaN, as for
+    constant predictions) at epoch 1, best at epoch 2. Epoch 2's metrics, predictions and weights must be
+    the output's, not the last epoch's, nor the first's."""
     data = toy_tasks.write_stsb(tmp_path / "stsb", n_train=24, n_dev=12)
-    scripted = [0.9, 0.2, 0.5]
+    scripted = [float("nan"), 0.9, 0.5]
     predictions_seen: list[str] = []
 
     def scorer(task, gold, predictions, na_prob_file=None, language=None):
@@ -137,21 +138,22 @@ def test_the_best_epoch_is_kept_not_the_last(tiny_bert, tmp_path):
                          epochs=3, batch_size=8, lr=1e-3, max_len=32, tracking=False)
     result = finetune(cfg, scorer)
     out = tmp_path / "out"
-    assert result["best_epoch"] == 1 and result["metrics"]["pearson"] == 0.9
+    assert result["best_epoch"] == 2 and result["metrics"]["pearson"] == 0.9
     history = json.loads((out / "metrics.json").read_text())
-    assert history["best_epoch"] == 1 and [e["pearson"] for e in history["epochs"]] == scripted
-    assert history["dev"] == result["metrics"]
-    assert len(predictions_seen) == 3 and predictions_seen[0] != predictions_seen[2]
-    assert (out / "dev_predictions.tsv").read_text() == predictions_seen[0]
-    # The saved weights are epoch 1's: they predict epoch 1's dev scores again, not the last epoch's.
+    assert history["best_epoch"] == 2 and history["dev"] == result["metrics"]
+    assert [e["pearson"] for e in history["epochs"]][1:] == scripted[1:]
+    assert len(predictions_seen) == 3 and len(set(predictions_seen)) == 3
+    assert (out / "dev_predictions.tsv").read_text() == predictions_seen[1]
+    # The saved weights are epoch 2's: they predict epoch 2's dev scores again, not another epoch's.
     tokenizer = BertTokenizer.from_model_dir(out / "model")
     arrays = features.encode_examples(tokenizer, glue.read_examples("sts-b", data / "dev.tsv"), 32)
     model = BertForSequenceClassification.from_pretrained(str(out / "model"))
     again = predict(model, arrays, ("logits",), 64, Precision("float32", torch.device("cpu")),
                     torch.device("cpu"))["logits"][:, 0]
     epoch_scores = [np.array([float(r.split("\t")[1]) for r in text.splitlines()[1:]]) for text in predictions_seen]
-    np.testing.assert_allclose(again, epoch_scores[0], rtol=1e-5, atol=1e-6)
-    assert not np.allclose(again, epoch_scores[2], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(again, epoch_scores[1], rtol=1e-5, atol=1e-6)
+    for other in (epoch_scores[0], epoch_scores[2]):
+        assert not np.allclose(again, other, rtol=1e-5, atol=1e-6)
 
 
 def test_ner_micro_batches_are_weighted_by_labelled_tokens(tiny_bert, tmp_path):
@@ -213,7 +215,7 @@ def test_mlflow_run_holds_params_epoch_metrics_and_prediction_files(tiny_bert, t
     assert [(m.step, m.value) for m in best] == [(glue_result["best_epoch"], glue_result["metrics"]["accuracy"])]
     assert {"manifest.json", "metrics.json", "predictions"} <= artifacts(run.info.run_id)
     assert artifacts(run.info.run_id, "predictions") == {"predictions/dev_predictions.tsv",
-                                                         "predictions/test_predictions.tsv"}
+                                                         "predictions/test_predictions.tsv", "predictions/scored.json"}
     local = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="predictions",
                                                      tracking_uri=f"sqlite:///{home / 'mlflow.db'}"))
     for name in ("dev_predictions.tsv", "test_predictions.tsv"):
@@ -224,7 +226,8 @@ def test_mlflow_run_holds_params_epoch_metrics_and_prediction_files(tiny_bert, t
     assert run.info.run_id == squad_result["mlflow_run_id"]
     assert run.data.metrics["best/f1"] == squad_result["metrics"]["f1"]
     assert artifacts(run.info.run_id, "predictions") == {
-        "predictions/predictions.json", "predictions/nbest_predictions.json", "predictions/null_odds.json"}
+        "predictions/predictions.json", "predictions/nbest_predictions.json", "predictions/null_odds.json",
+        "predictions/scored.json"}
 
 
 def test_xnli_original_release_trains_on_xnli_mt_files(tiny_bert, tmp_path, capsys):

@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from bert_core import manifest
 from bert_core.errors import BertPipelineError
 from operators import tasks as ops
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def test_plans(tmp_path, monkeypatch, minilm_dir):
@@ -60,3 +63,26 @@ def test_single_worker_pretrain_and_rerun_finetune_register(tmp_path, monkeypatc
     assert reports[1]["champion_before"] == "1" or not reports[0]["promoted"]
     assert not (tmp_path / "mlruns").exists()
     assert registry.model_name("sst-2") == reports[0]["name"]
+
+
+def test_evaluate_rescores_every_file_finetuning_scored(tmp_path, monkeypatch):
+    """The evaluate step re-scores exactly what fine-tuning scored: MNLI's two dev files, NER's CoNLL output."""
+    import shutil
+
+    from tests.bert_core.tiny_bert import write_tiny_bert
+    from tests.toy_tasks import write_ner
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    model = write_tiny_bert(tmp_path / "tiny")
+    mnli = tmp_path / "mnli"
+    shutil.copytree(FIXTURES / "glue" / "MNLI", mnli)
+    shutil.copyfile(mnli / "dev_matched.tsv", mnli / "train.tsv")
+    for task, data in (("mnli", mnli), ("ner", write_ner(tmp_path / "ner", n_train=16, n_dev=6))):
+        done = ops.finetune(task, str(data), str(model), str(tmp_path / f"ft-{task}"), max_len=24)
+        evaluated = ops.evaluate(done, str(tmp_path / f"eval-{task}"))
+        assert evaluated["metrics"] == done["metrics"], task
+        assert manifest.read(tmp_path / f"eval-{task}")["metrics"] == done["metrics"]
+    assert "f1" in evaluated["metrics"]  # NER: entity-level scores of its .txt predictions
+    assert "dev_mismatched/accuracy" in manifest.read(tmp_path / "eval-mnli")["metrics"]
