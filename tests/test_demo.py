@@ -1,4 +1,6 @@
-"""`bert-pipeline demo` end to end: the bert_demo DAG through Airflow's dag.test(), local Ray, sqlite MLflow."""
+"""`bert-pipeline demo` end to end: the bert_demo DAG through Airflow's dag.test(), local Ray, sqlite MLflow, and
+its storage root on S3 (a real S3 protocol server on loopback, moto), with the credentials coming from an Airflow
+connection, as a deployment would configure them."""
 
 from __future__ import annotations
 
@@ -16,19 +18,51 @@ pytestmark = pytest.mark.slow
 CONF = {"pretrain_steps": 8, "finetune_epochs": 1, "squad_epochs": 1}
 
 
+SECRET = "demo-s3-secret-7f3a9c"
+
+
 @pytest.fixture()
 def demo_env(monkeypatch, tmp_path):
-    yield embedded_env(monkeypatch, tmp_path)
+    home = embedded_env(monkeypatch, tmp_path)
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    # Only the Airflow connection knows the endpoint and the keys: the tasks must take them from it.
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
+        "conn_type": "aws", "login": "demo-key-id", "password": SECRET,
+        "extra": {"endpoint_url": f"http://{host}:{port}", "region_name": "us-east-1"}}))
+    import boto3
+
+    boto3.client("s3", endpoint_url=f"http://{host}:{port}", aws_access_key_id="demo-key-id",
+                 aws_secret_access_key=SECRET).create_bucket(Bucket="bert-demo")
+    yield home, f"http://{host}:{port}"
     import ray
 
     ray.shutdown()
+    server.stop()
 
 
-def test_demo_end_to_end(demo_env, tmp_path, capsys):
-    work = tmp_path / "run"
-    assert main(["demo", "--home", str(demo_env), "--conf", json.dumps({**CONF, "work_dir": str(work)})]) == 0
+def test_demo_end_to_end_on_s3(demo_env, tmp_path, capsys, monkeypatch):
+    home, endpoint = demo_env
+    work_uri = "s3://bert-demo/runs/1"
+    assert main(["demo", "--home", str(home), "--work-dir", work_uri, "--conf", json.dumps(CONF)]) == 0
     out = capsys.readouterr().out
     assert "bert_demo finished." in out and "mlflow ui --backend-store-uri sqlite:///" in out
+    assert SECRET not in out
+
+    # Read the results back from the bucket (the test's own credentials; the tasks had the connection's).
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "demo-key-id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    from bert_core import storage
+
+    work = storage.local_dir(work_uri)
+    assert not (tmp_path / "s3:").exists() and not list(tmp_path.glob("**/runs/1"))  # nothing local
 
     # Every step left its manifest (ARCHITECTURE §2).
     steps = {"segmented": "segment", "shards": "make-shards", "pretrained": "pretrain",
@@ -46,8 +80,9 @@ def test_demo_end_to_end(demo_env, tmp_path, capsys):
     from mlflow import MlflowClient
 
     summary = json.loads((work / "demo_summary.json").read_text())
+    assert summary["summary_file"] == f"{work_uri}/demo_summary.json"
     client = MlflowClient(summary["tracking_uri"], registry_uri=summary["tracking_uri"])
-    assert summary["tracking_uri"] == f"sqlite:///{demo_env / 'mlflow.db'}"
+    assert summary["tracking_uri"] == f"sqlite:///{home / 'mlflow.db'}"
     for model in summary["models"]:
         assert model["promoted"], model
         champion = client.get_model_version_by_alias(model["name"], "champion")

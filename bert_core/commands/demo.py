@@ -105,8 +105,12 @@ def run(args: argparse.Namespace) -> int:
     dag_run = run_dag(conf)
     state = str(getattr(dag_run, "state", ""))
     summary_file = storage.join(conf["work_dir"], "demo_summary.json")
+    # An s3:// work dir is read with the credentials the tasks used, which may come from an Airflow connection
+    # (the orchestration layer knows how; named, not imported, as for the DAG module).
+    credentials = importlib.import_module("operators.airflow_tasks").s3_credentials_from_connection
     try:
-        summary = json.loads(storage.read_text(summary_file)) if state.endswith("success") else None
+        with credentials():
+            summary = json.loads(storage.read_text(summary_file)) if state.endswith("success") else None
     except FileNotFoundError:
         summary = None
     if summary is None:
