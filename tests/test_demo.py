@@ -51,9 +51,10 @@ def test_demo_end_to_end_on_s3(demo_env, tmp_path, capsys, monkeypatch):
     home, endpoint = demo_env
     work_uri = "s3://bert-demo/runs/1"
     assert main(["demo", "--home", str(home), "--work-dir", work_uri, "--conf", json.dumps(CONF)]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "bert_demo finished." in out and "mlflow ui --backend-store-uri sqlite:///" in out
-    assert SECRET not in out
+    assert SECRET not in out + captured.err
 
     # Read the results back from the bucket (the test's own credentials; the tasks had the connection's).
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
