@@ -293,13 +293,17 @@ class ShardWriter:
         """Buffered rows by global index, without first concatenating the whole buffer."""
         source = np.searchsorted(starts, rows, side="right") - 1
         local = rows - starts[source]
+        # Which output rows come from which buffered array, worked out once for all the keys.
+        parts = []
+        for index in range(len(self.pending)):
+            where = np.flatnonzero(source == index)
+            parts.append((index, where, local[where]))
         out = {}
         for key in shards.KEYS:
             first = self.pending[0][key]
             column = np.empty((len(rows), *first.shape[1:]), dtype=first.dtype)
-            for index, arrays in enumerate(self.pending):
-                selected = source == index
-                column[selected] = arrays[key][local[selected]]
+            for index, where, taken in parts:
+                column[where] = self.pending[index][key][taken]
             out[key] = column
         return out
 
