@@ -19,9 +19,25 @@ STEPS = 8
 
 @pytest.fixture(scope="module")
 def ray_session():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+    """Local Ray with an S3-compatible server (moto) on loopback in its environment: Ray Train checkpoints may
+    go to s3:// (--storage) like on a real cluster, where every node must see them."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    with pytest.MonkeyPatch.context() as mp:
+        # Set before ray.init: the workers inherit the raylet's environment (credentials are not forwarded).
+        for key, value in (("AWS_ENDPOINT_URL", f"http://{host}:{port}"), ("AWS_ACCESS_KEY_ID", "testing"),
+                           ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_DEFAULT_REGION", "us-east-1")):
+            mp.setenv(key, value)
+        from bert_core import storage
+
+        storage.s3_client().create_bucket(Bucket="ray-ckpt")
+        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+        yield
+        ray.shutdown()
+    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -74,19 +90,24 @@ def test_two_workers_equal_one_worker_with_the_doubled_batch(ray_session, setup,
 
 
 def test_killed_worker_resumes_from_the_last_checkpoint(ray_session, setup, tracking_home, monkeypatch):
+    """Checkpoints on S3 (--storage s3://...): the restarted worker group resumes from the one in the bucket."""
+    from bert_core import storage
     from bert_core.train.ray_launcher import launch, run_name
 
     root, make, reference, _ = setup
     monkeypatch.setenv(FAIL_ENV, "5:1:exit")  # rank 1 dies (os._exit) after step 5, first attempt only
-    result = launch(make("killed", batch_size=8, num_workers=2, max_failures=1, tracking=True))
+    killed = make("killed", batch_size=8, num_workers=2, max_failures=1, tracking=True, storage="s3://ray-ckpt/runs")
+    result = launch(killed)
     assert result["training"]["resumed_from"] is not None  # restarted from step 3's checkpoint
+    saved = storage.list_files(f"s3://ray-ckpt/runs/{run_name(killed)}")
+    assert any(name.startswith("step-00000003/") for name in saved), saved[:10]
     assert result["training"]["steps"] == STEPS
     assert (root / "killed" / "model.safetensors").is_file()
     torch.testing.assert_close(_mlflow_losses(tracking_home, result["mlflow_run_id"]), reference,
                                rtol=1e-4, atol=1e-5)
     # The run's name is taken: a new run under it needs --resume (or another name).
     with pytest.raises(BertPipelineError, match="already has state under .*pass --resume"):
-        launch(make("other", batch_size=8, num_workers=2, run_name=run_name(make("killed"))))
+        launch(make("other", batch_size=8, num_workers=2, storage="s3://ray-ckpt/runs", run_name=run_name(killed)))
 
 
 def test_paths_are_made_absolute_for_the_workers(tmp_path, monkeypatch):
