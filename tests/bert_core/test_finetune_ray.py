@@ -67,7 +67,7 @@ def test_two_workers_equal_one_worker(ray_session, tmp_path, monkeypatch):
     assert client.get_experiment(run.info.experiment_id).name == "bert-finetune/sts-b"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == [1, 2]
     assert {a.path for a in client.list_artifacts(run.info.run_id, "predictions")} == {
-        "predictions/dev_predictions.tsv"}
+        "predictions/dev_predictions.tsv", "predictions/scored.json"}
     # The same command again is a no-op, decided by the driver before starting any worker.
     assert finetune(FinetuneConfig(**base, output="two", num_workers=2), score_predictions)["finished_at"] \
         == two["finished_at"]
