@@ -32,7 +32,7 @@ def pipeline_home() -> Path:
 
 
 def default_tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{pipeline_home() / 'mlflow.db'}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or embedded_tracking_uri()
 
 
 def git_sha() -> str:
@@ -69,6 +69,34 @@ def flatten_params(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+def embedded_tracking_uri() -> str:
+    return f"sqlite:///{pipeline_home() / 'mlflow.db'}"
+
+
+def ensure_experiment(name: str, tracking_uri: str | None = None) -> str:
+    """The id of experiment `name`, created if needed. In the embedded store its artifacts go beside the
+    database (<home>/mlartifacts), never to ./mlruns of whatever the working directory is; a configured
+    server or store keeps its own artifact root.
+
+    "Embedded" is decided by the URI itself, not by MLFLOW_TRACKING_URI being unset: mlflow.set_tracking_uri
+    exports that variable, so the second experiment of a process would otherwise be misjudged."""
+    import mlflow
+
+    uri = tracking_uri or default_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    found = mlflow.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    location = None
+    if uri == embedded_tracking_uri():
+        pipeline_home().mkdir(parents=True, exist_ok=True)
+        location = (pipeline_home() / "mlartifacts").as_uri()
+    try:
+        return mlflow.create_experiment(name, artifact_location=location)
+    except mlflow.exceptions.MlflowException:  # created concurrently by another process
+        return mlflow.get_experiment_by_name(name).experiment_id
+
+
 class Tracker:
     """What training reports. Every method is best-effort for callers: implementations log, not raise,
     on transient backend errors only where they say so."""
@@ -101,33 +129,16 @@ class MlflowTracker(Tracker):
         import mlflow
 
         self._mlflow = mlflow
-        # Decided before set_tracking_uri, which exports MLFLOW_TRACKING_URI into the environment.
-        self._embedded = not tracking_uri and not os.environ.get("MLFLOW_TRACKING_URI")
         self.tracking_uri = tracking_uri or default_tracking_uri()
         mlflow.set_tracking_uri(self.tracking_uri)
         if run_id is None:
-            experiment_id = self._experiment_id(experiment)
+            experiment_id = ensure_experiment(experiment, self.tracking_uri)
             run = mlflow.start_run(experiment_id=experiment_id, run_name=run_name)
         else:
             run = mlflow.start_run(run_id=run_id)
         self.run_id = run.info.run_id
         self.experiment_id = run.info.experiment_id
         log.info("MLflow run %s in experiment %r at %s", self.run_id, experiment, self.tracking_uri)
-
-    def _experiment_id(self, name: str) -> str:
-        mlflow = self._mlflow
-        found = mlflow.get_experiment_by_name(name)
-        if found is not None:
-            return found.experiment_id
-        location = None
-        if self._embedded:
-            # The embedded store keeps artifacts beside the database, not in ./mlruns.
-            location = (pipeline_home() / "mlartifacts").as_uri()
-            pipeline_home().mkdir(parents=True, exist_ok=True)
-        try:
-            return mlflow.create_experiment(name, artifact_location=location)
-        except mlflow.exceptions.MlflowException:  # created concurrently by another process
-            return mlflow.get_experiment_by_name(name).experiment_id
 
     def log_params(self, params: dict[str, Any]) -> None:
         self._mlflow.log_params(flatten_params(params))

@@ -63,24 +63,11 @@ def demo_data(name: str) -> str:
 
 
 def ensure_experiment(name: str) -> None:
-    """Create the MLflow experiment with its artifacts under $BERT_PIPELINE_HOME/mlartifacts when the tracking
-    store is the embedded one. (bert_core.tracking decides "embedded" by MLFLOW_TRACKING_URI being unset, but
-    mlflow.set_tracking_uri exports it: experiments created later in the same process would otherwise put
-    their artifacts in ./mlruns of the working directory.)"""
-    import mlflow
+    """Create the MLflow experiment if needed (artifacts under $BERT_PIPELINE_HOME/mlartifacts in the embedded
+    store), before a step or a Ray job logs into it."""
+    from bert_core.tracking import ensure_experiment as ensure
 
-    from bert_core.tracking import default_tracking_uri, pipeline_home
-
-    uri = default_tracking_uri()
-    if uri != f"sqlite:///{pipeline_home() / 'mlflow.db'}":
-        return
-    mlflow.set_tracking_uri(uri)
-    if mlflow.get_experiment_by_name(name) is None:
-        pipeline_home().mkdir(parents=True, exist_ok=True)
-        try:
-            mlflow.create_experiment(name, artifact_location=(pipeline_home() / "mlartifacts").as_uri())
-        except mlflow.exceptions.MlflowException:  # created concurrently
-            pass
+    ensure(name)
 
 
 def segment(inputs: list[str], output: str) -> str:

@@ -69,3 +69,22 @@ def test_pretrain_run_in_sqlite_store(tmp_path, monkeypatch):
     pyfunc = mlflow.pyfunc.load_model(f"models:/{models[0].model_id}")
     pooled = pyfunc.predict([[2, 7, 8, 9, 3]])
     assert len(pooled) == 1 and len(pooled[0]) == 32
+
+
+def test_every_experiment_of_a_process_keeps_artifacts_in_the_embedded_home(tmp_path, monkeypatch):
+    """mlflow.set_tracking_uri exports MLFLOW_TRACKING_URI: the second experiment created in the same process
+    must still be recognised as embedded (artifacts under <home>/mlartifacts, not ./mlruns)."""
+    import mlflow
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for experiment in ("bert-finetune/sst-2", "bert-finetune/squad"):
+        tracker = tracking.MlflowTracker(experiment)
+        tracker.log_artifact(tmp_path / "home" / "mlflow.db", "copy")
+        tracker.end()
+        location = mlflow.get_experiment(tracker.experiment_id).artifact_location
+        assert location == (tmp_path / "home" / "mlartifacts").as_uri(), experiment
+    assert not (tmp_path / "mlruns").exists()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'other.db'}")  # a configured store: its rules
+    assert tracking.ensure_experiment("x") and mlflow.get_experiment_by_name("x").artifact_location.endswith("mlruns/1")
