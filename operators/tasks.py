@@ -134,8 +134,9 @@ def pretrain(shards_dir: str, output: str, model: str, num_workers: int = 2, num
 @on_ray_cluster_when_asked
 def finetune(task: str, data_dir: str, model: str, output: str, epochs: int = 1, batch_size: int = 16,
              lr: float = 1e-4, max_len: int = 32, max_seq_length: int = 64, doc_stride: int = 32,
-             max_query_length: int = 16) -> dict[str, Any]:
-    """Fine-tune `model` on `task`; the MLflow run (experiment bert-finetune/<task>) holds the logged model."""
+             max_query_length: int = 16, num_workers: int = 1, use_gpu: bool = False) -> dict[str, Any]:
+    """Fine-tune `model` on `task` (on Ray Train with num_workers > 1); the MLflow run (experiment
+    bert-finetune/<task>) holds the logged model."""
     from bert_core import manifest, storage
     from bert_core.errors import BertPipelineError
     from bert_core.finetune import FinetuneConfig
@@ -147,7 +148,8 @@ def finetune(task: str, data_dir: str, model: str, output: str, epochs: int = 1,
     name = tasks.get(task).name
     config = FinetuneConfig(task=name, data_dir=data_dir, model=model, output=output, epochs=epochs,
                             batch_size=batch_size, lr=lr, max_len=max_len, max_seq_length=max_seq_length,
-                            doc_stride=doc_stride, max_query_length=max_query_length, warmup_ratio=0.1)
+                            doc_stride=doc_stride, max_query_length=max_query_length, warmup_ratio=0.1,
+                            num_workers=num_workers, use_gpu=use_gpu)
     ensure_experiment(f"bert-finetune/{name}")
     tracker = build_tracker(True, experiment=f"bert-finetune/{name}")
     try:

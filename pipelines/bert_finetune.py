@@ -21,6 +21,9 @@ PARAMS = {
     "batch_size": Param(16, type="integer", minimum=1, description="Training batch size."),
     "max_len": Param(128, type="integer", minimum=8, description="Max tokens (classification/NER)."),
     "max_seq_length": Param(384, type="integer", minimum=16, description="Max tokens (SQuAD)."),
+    "num_workers": Param(1, type="integer", minimum=0, description="Ray Train workers per fine-tuning (one per "
+                         "GPU with use_gpu); 0 or 1: in the task's process."),
+    "use_gpu": Param(False, type="boolean", description="Train on GPUs (NCCL between workers)."),
 }
 
 
@@ -35,7 +38,8 @@ def bert_finetune():
         return {**spec, **ops.finetune(spec["task"], spec["data_dir"], spec["model"], spec["output"],
                                        epochs=params["epochs"], batch_size=params["batch_size"], lr=params["lr"],
                                        max_len=params["max_len"], max_seq_length=params["max_seq_length"],
-                                       doc_stride=128, max_query_length=64)}
+                                       doc_stride=128, max_query_length=64, num_workers=params["num_workers"],
+                                       use_gpu=params["use_gpu"])}
 
     @bert_task
     def evaluate(finetuned: dict) -> dict:
