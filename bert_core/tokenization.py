@@ -55,6 +55,10 @@ _ASCII_WORDS = re.compile(r"[!-/:-@\[-`{-~]|[^!-/:-@\[-`{-~]+")
 # Pieces whose ids `encode_ids_batch` keeps (about 200 bytes each): a few MB, and most of the
 # word occurrences of natural text.
 _PIECE_CACHE_LIMIT = 1 << 17
+# Characters of pieces `encode_ids_batch` sends through the pure-Python reference (~2 us a character)
+# before it builds the Rust pipeline (~1 s of character tables): text with a few accented words or
+# curly quotes then never pays for the tables; text with many (another script) soon does.
+_REFERENCE_CHAR_BUDGET = 100_000
 
 
 # --------------------------------------------------------------------------------------------
@@ -454,6 +458,7 @@ class BertTokenizer:
         self.wordpiece_tokenizer = WordpieceTokenizer(self.vocab, UNK, max_input_chars_per_word)
         self._fast_tokenizer: Tokenizer | None = None  # built on first use: `tokenize` does not need it
         self._piece_ids: dict[str, tuple[int, ...]] = {}  # encode_ids_batch's cache
+        self._reference_chars = 0  # characters encode_ids_batch tokenized with the reference
 
     def __getstate__(self) -> dict:
         # The cache is rebuilt where the tokenizer goes: shipping it to workers would cost more.
@@ -651,7 +656,8 @@ class BertTokenizer:
         natural text repeats its words, so most pieces are found there. A new piece of printable
         ASCII only meets lower-casing, punctuation splitting and WordPiece, done here in Python; any
         other piece (accents, other scripts, tabs, control characters, brackets) goes through
-        `encode_batch`, in one batch.
+        `encode_batch` in one batch or, until the Rust pipeline is needed for more than a few
+        (`_REFERENCE_CHAR_BUDGET`), through `tokenize`: the two give the same tokens.
         """
         if isinstance(texts, str):
             raise BertPipelineError("encode_ids_batch takes a list of texts")
@@ -686,7 +692,14 @@ class BertTokenizer:
                         cache.get(word) or self._cache_ascii_word(word) for word in words))
             else:
                 others.append(piece)
-        if others:
+        if not others:
+            return
+        chars = sum(map(len, others))
+        if self._fast_tokenizer is None and self._reference_chars + chars <= _REFERENCE_CHAR_BUDGET:
+            self._reference_chars += chars
+            for piece in others:
+                cache[piece] = tuple(self.convert_tokens_to_ids(self.tokenize(piece)))
+        else:
             for piece, encoded in zip(others, self._pieces_batch(others, "texts")):
                 cache[piece] = tuple(encoded.ids)
 

@@ -179,7 +179,10 @@ def fuzz() -> list[str]:
 
 
 @pytest.mark.parametrize("name", VOCABS)
-def test_ids_path_equals_reference(name, monkeypatch):
+@pytest.mark.parametrize("budget", [0, 10**9], ids=["rust", "reference"])
+def test_ids_path_equals_reference(name, budget, monkeypatch):
+    """Whichever path the pieces that are not plain ASCII take (Rust, or the reference while few)."""
+    monkeypatch.setattr("bert_core.tokenization._REFERENCE_CHAR_BUDGET", budget)
     tok = BertTokenizer(*VOCABS[name])
     texts = CORPUS + sweep() + fuzz()
     expected = [tok.convert_tokens_to_ids(tok.tokenize(text)) for text in texts]
@@ -193,14 +196,19 @@ def test_ids_path_equals_reference(name, monkeypatch):
         assert len(small._piece_ids) <= 50 + 20 * 40
 
 
-def test_ids_path_keeps_plain_ascii_out_of_rust():
+def test_ids_path_keeps_plain_ascii_out_of_rust(monkeypatch):
     tok = BertTokenizer(UNCASED)
     text = "The U.S.A. (and Mr. Smith's 3,000 dollars) won't-stop at 50%; ok?"
     assert tok.encode_ids_batch([text, "", "  two  spaces "]) == [
         tok.convert_tokens_to_ids(tok.tokenize(t)) for t in (text, "", "  two  spaces ")]
     assert tok._fast_tokenizer is None  # neither the Rust pipeline nor its character tables were built
-    tok.encode_ids_batch(["tab\tinside"])
-    assert tok._fast_tokenizer is not None  # a tab is left to the general path
+    few = ["tab\tinside", "naïve café", "“quoted”"]
+    assert tok.encode_ids_batch(few) == [tok.convert_tokens_to_ids(tok.tokenize(t)) for t in few]
+    assert tok._fast_tokenizer is None  # a few pieces that are not plain ASCII: the reference took them
+    monkeypatch.setattr("bert_core.tokenization._REFERENCE_CHAR_BUDGET", 40)
+    many = ["".join(chr(0x4E00 + i) for i in range(30)), "Ωμέγα"]  # past the budget of characters
+    assert tok.encode_ids_batch(many) == [tok.convert_tokens_to_ids(tok.tokenize(t)) for t in many]
+    assert tok._fast_tokenizer is not None  # many: Rust
     assert "The" in tok._piece_ids and "the" in tok._piece_ids  # "The" shares the entry of "the"
     clone = pickle.loads(pickle.dumps(tok))
     assert clone._piece_ids == {} and clone.encode_ids_batch([text]) == tok.encode_ids_batch([text])
