@@ -88,6 +88,27 @@ def generate_corpus(path: Path, vocab: Path, megabytes: float, seed: int) -> Pat
     return path
 
 
+def glue_corpus(path: Path, glue_dir: Path, seed: int = 0) -> Path:
+    """Real English text: the sentences of GLUE MRPC (train, test, dev: both of each pair) then SST-2
+    train, cut into documents of 5 to 40 consecutive sentences. Not the genre of a pretraining corpus
+    (news and review snippets, many short), but real words, names and a few non-ASCII characters."""
+    rng = random.Random(seed)
+    sentences = []
+    for name in ("train.tsv", "test.tsv", "dev.tsv"):
+        rows = (glue_dir / "MRPC" / name).read_text(encoding="utf-8-sig").split("\n")[1:]
+        for row in filter(None, rows):
+            sentences += row.split("\t")[-2:]
+    sst = (glue_dir / "SST-2" / "train.tsv").read_text(encoding="utf-8").split("\n")[1:]
+    with open(path, "w", encoding="utf-8") as out:
+        for pool in (sentences, [row.split("\t")[0] for row in sst if row]):
+            i = 0
+            while i < len(pool):
+                n = rng.randint(5, 40)
+                out.write("\n".join(t.strip() for t in pool[i:i + n] if t.strip()) + "\n\n")
+                i += n
+    return path
+
+
 # --------------------------------------------------------------------------------------------
 # Measuring a command
 # --------------------------------------------------------------------------------------------
@@ -314,6 +335,9 @@ def main() -> None:
     parser.add_argument("--vocab", type=Path, required=True, help="uncased BERT vocab.txt")
     parser.add_argument("--corpus", type=Path, help="use this segmented corpus instead of generating one")
     parser.add_argument("--corpus-note", help="how to describe --corpus in the report (default: its path)")
+    parser.add_argument("--glue-corpus", type=Path, metavar="GLUE_DIR",
+                        help="use real English text instead: the sentences of GLUE_DIR/MRPC/*.tsv and "
+                        "GLUE_DIR/SST-2/train.tsv, in documents of 5-40 sentences")
     parser.add_argument("--corpus-mb", type=float, default=10.0, help="size of the generated corpus (default 10)")
     parser.add_argument("--scales", default="1", help="comma-separated corpus multiples for the memory table, "
                         "e.g. 1,10 (default 1)")
@@ -332,6 +356,10 @@ def main() -> None:
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="bench-make-shards-"))
     work.mkdir(parents=True, exist_ok=True)
     vocab = args.vocab.resolve()
+    if args.glue_corpus:
+        args.corpus = glue_corpus(work / "corpus-glue.txt", args.glue_corpus)
+        args.corpus_note = args.corpus_note or ("real English sentences: GLUE MRPC (train, test, dev) and SST-2 "
+                                                "train, in documents of 5-40 consecutive sentences")
     corpus = args.corpus or generate_corpus(work / "corpus-1x.txt", vocab, args.corpus_mb, seed=1)
     report: dict = {
         "date": dt.date.today().isoformat(),
