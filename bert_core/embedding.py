@@ -109,10 +109,13 @@ class BertEmbedding:
             windows = hidden[cursor:cursor + len(spans)]
             cursor += len(spans)
             dim = windows[0].shape[-1]
-            vectors = np.empty((len(encoding.ids), dim), dtype=np.float32)
-            for position in range(len(encoding.ids)):
-                owner = _owner(spans, position)
-                vectors[position] = windows[owner][1 + position - spans[owner][0]]
+            if len(spans) == 1:  # the common case: the sentence fits in one window
+                vectors = np.array(windows[0][1:1 + len(encoding.ids)], dtype=np.float32)
+            else:
+                vectors = np.empty((len(encoding.ids), dim), dtype=np.float32)
+                for position in range(len(encoding.ids)):
+                    owner = _owner(spans, position)
+                    vectors[position] = windows[owner][1 + position - spans[owner][0]]
             if self.pooling == "cls" or not len(vectors):
                 # An empty sentence still has [CLS] [SEP]: its [CLS] vector is its sentence vector.
                 sentence_vector = np.mean([w[0] for w in windows], axis=0)
@@ -138,9 +141,14 @@ class BertEmbedding:
                 tokens = [cls, *encodings[w.sentence].ids[w.start:w.start + w.length], sep]
                 ids[row, :len(tokens)] = torch.tensor(tokens)
                 mask[row, :len(tokens)] = 1
+            # Every layer's output is padded back to [batch, seq] when asked for: only when needed.
+            last_only = self.layers == [-1] or self.layers == [self.model.config.num_hidden_layers - 1]
             result = self.model(ids.to(self.device), attention_mask=mask.to(self.device),
-                                output_all_encoded_layers=True)
-            layers = torch.stack([result.all_encoder_layers[i] for i in self.layers]).mean(0)
+                                output_all_encoded_layers=not last_only)
+            if last_only:
+                layers = result.sequence_output
+            else:
+                layers = torch.stack([result.all_encoder_layers[i] for i in self.layers]).mean(0)
             layers = layers.float().cpu().numpy()
             for row, k in enumerate(batch):
                 out[k] = layers[row, :work[k].length + 2]
