@@ -49,8 +49,8 @@ _TRUNCATIONS = ("longest_first", "only_first", "only_second", None)
 # tokens is a prefix of another, so leftmost alternation finds the same matches).
 _SPECIAL_SPLIT = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")")
 _BRACKETED = re.compile(r"\[[^\[\]]{1,64}\]")
-# A piece of printable ASCII text cut at BERT's punctuation (all non-alphanumeric ASCII), each
-# punctuation character on its own: what BasicTokenizer makes of it, but lower-casing.
+# Words of a piece of printable ASCII text without spaces, as BasicTokenizer splits it: at BERT's
+# punctuation (all non-alphanumeric ASCII), each punctuation character a word of its own.
 _ASCII_WORDS = re.compile(r"[!-/:-@\[-`{-~]|[^!-/:-@\[-`{-~]+")
 # Pieces whose ids `encode_ids_batch` keeps (about 200 bytes each): a few MB, and most of the
 # word occurrences of natural text.
