@@ -367,9 +367,14 @@ def _quantize(src: Path, dst: Path) -> str:
     del graph.graph.value_info[:]
     plain = dst.with_name(".unannotated.onnx")
     onnx.save(graph, str(plain))
+    # The quantizer logs a line per tensor it leaves alone through the root logger, at INFO.
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.WARNING))
     try:
         quantize_dynamic(str(plain), str(dst), weight_type=QuantType.QInt8)
     finally:
+        root.setLevel(level)
         plain.unlink(missing_ok=True)
     return dst.name
 
