@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+# First: Airflow reads AIRFLOW_HOME (its metadata DB) when it is first imported, by whichever test module
+# that is; the session's Airflow home must be set before any of them is collected.
+import tests.airflow_home  # noqa: F401  isort: skip
 from tests.ray_head import ray_head  # noqa: F401  (session fixture: a real `ray start --head` cluster)
 
 FIXTURES = Path(__file__).parent / "fixtures"
