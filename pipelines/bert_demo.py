@@ -32,6 +32,8 @@ PARAMS = {
     "pretrain_batch_size": Param(16, type="integer", minimum=1, description="Sequences per worker per step."),
     "finetune_epochs": Param(2, type="integer", minimum=1, description="Fine-tuning epochs (SST-2)."),
     "squad_epochs": Param(2, type="integer", minimum=1, description="Fine-tuning epochs (SQuAD)."),
+    "finetune_workers": Param(1, type="integer", minimum=0, description="Ray Train workers per fine-tuning; 0: "
+                              "in the task's process; 1: in it too, unless RAY_ADDRESS names a cluster to run on."),
     "finetune_lr": Param(1e-4, type="number", description="Fine-tuning peak learning rate."),
 }
 
@@ -65,7 +67,8 @@ def bert_demo():
     @bert_task
     def finetune(task_name: str, data_dir: str, model: str, work_dir: str, epochs_param: str, params=None) -> dict:
         return ops.finetune(task_name, data_dir, model, f"{work_dir}/finetune-{task_name}",
-                            epochs=params[epochs_param], lr=params["finetune_lr"])
+                            epochs=params[epochs_param], lr=params["finetune_lr"],
+                            num_workers=params["finetune_workers"])
 
     @bert_task
     def evaluate(finetuned: dict, work_dir: str) -> dict:

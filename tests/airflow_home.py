@@ -33,3 +33,19 @@ def embedded_env(monkeypatch, cwd: Path) -> Path:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     return HOME
+
+
+_MIGRATED = False
+
+
+def migrated_home(monkeypatch, cwd: Path) -> Path:
+    """embedded_env, with the session's Airflow metadata DB migrated and the DAGs serialized (once per session:
+    `airflow db migrate` + `dags reserialize` cost ~10 s of subprocesses, and the DAG files do not change)."""
+    global _MIGRATED
+    home = embedded_env(monkeypatch, cwd)
+    if not _MIGRATED:
+        from bert_core.commands.demo import setup_home
+
+        setup_home(home)  # sets the same variables embedded_env did (monkeypatch restores them afterwards)
+        _MIGRATED = True
+    return home

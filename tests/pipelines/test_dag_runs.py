@@ -10,17 +10,14 @@ from pathlib import Path
 import pytest
 
 from bert_core import manifest
-from tests.airflow_home import embedded_env
+from tests.airflow_home import migrated_home
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture()
 def airflow_env(monkeypatch, tmp_path):
-    from bert_core.commands.demo import setup_home
-
-    home = embedded_env(monkeypatch, tmp_path)
-    setup_home(home)  # `airflow db migrate` + reserialize: idempotent
+    home = migrated_home(monkeypatch, tmp_path)
     yield home
     import ray
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bert_core import manifest
-from tests.airflow_home import embedded_env
+from tests.airflow_home import migrated_home
 
 pytestmark = pytest.mark.slow
 
@@ -21,10 +21,7 @@ CONF = {"throughput_configs": ["minilm_L6_H384"], "throughput_steps": 1, "throug
 
 @pytest.fixture()
 def nightly_env(monkeypatch, tmp_path):
-    from bert_core.commands.demo import setup_home
-
-    home = embedded_env(monkeypatch, tmp_path)
-    setup_home(home)
+    home = migrated_home(monkeypatch, tmp_path)
     # A registry of its own (the session's shared home also holds other tests' models), embedded like the
     # default one: sqlite store and artifacts under this home.
     monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
