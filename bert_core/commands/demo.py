@@ -86,8 +86,8 @@ def summary_text(home: Path, summary: dict[str, Any]) -> str:
         f"Artifacts (manifests, models, predictions): {summary['summary_file'].rsplit('/', 1)[0]}",
         f"Summary: {summary['summary_file']}",
         f"MLflow UI:  mlflow ui --backend-store-uri {uri} --port 5000   (then http://127.0.0.1:5000)",
-        f"Airflow UI: AIRFLOW_HOME={home / 'airflow'} AIRFLOW__CORE__DAGS_FOLDER={pipelines_dir()} "
-        "AIRFLOW__CORE__LOAD_EXAMPLES=False airflow standalone   (then http://127.0.0.1:8080)",
+        f"Airflow UI, MLflow server and a Ray head together: bert-pipeline stack up --home {home}   "
+        "(then http://127.0.0.1:8080; `bert-pipeline stack down --home ...` stops them)",
     ]
     return "\n".join(lines)
 
