@@ -176,8 +176,10 @@ def finetune(cfg: FinetuneConfig, scorer: Scorer, tracker: Tracker | None = None
     """
     on_ray = cfg.runs_on_ray()
     if on_ray:
+        from bert_core.ray_cluster import cluster_address
         from bert_core.train import ray_launcher
 
+        cluster_address()  # a job server URL in RAY_ADDRESS is refused before any work or MLflow run
         cfg = ray_launcher.absolutize(cfg)  # the workers do not run in this directory
     prepared = prepare(cfg)
     done = _existing_result(cfg, prepared)

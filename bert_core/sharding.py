@@ -36,6 +36,7 @@ import numpy as np
 from bert_core import manifest, shards, storage
 from bert_core.errors import BertPipelineError
 from bert_core.pretraining_data import ShardConfig, UnitResult, Vocab, build_unit
+from bert_core.ray_cluster import cluster_address, connect
 from bert_core.text_inputs import fetch, iter_lines, resolve_inputs
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,7 @@ def choose_backend(backend: str, workers: int) -> str:
     if backend != "auto":
         return backend
     if os.environ.get("RAY_ADDRESS"):
+        cluster_address()  # refuses a job server URL, which a driver cannot join
         return "ray"
     return "process" if workers > 1 else "inline"
 
@@ -230,8 +232,7 @@ def open_executor(vocab_file: Path, config: ShardConfig, workers: int, backend: 
         return
     import ray
 
-    if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS") or None, log_to_driver=False)
+    connect(log_to_driver=False)
     remote = ray.remote(num_cpus=1)(_run_unit_on_ray)
     vocab_ref = ray.put(vocab_file.read_bytes())
     vocab_sha = manifest.sha256_file(vocab_file)

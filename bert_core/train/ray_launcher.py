@@ -45,6 +45,7 @@ from ray.train.torch import TorchTrainer
 from bert_core import storage
 from bert_core.errors import BertPipelineError
 from bert_core.finetune import FinetuneConfig, Scorer, prepare, train
+from bert_core.ray_cluster import cluster_address, connect
 from bert_core.tracking import NullTracker, Tracker, build_tracker, pipeline_home
 from bert_core.train.checkpointing import step_dir_name
 from bert_core.train.pretrain import FAIL_ENV, PretrainConfig, check_inputs, pretrain
@@ -171,12 +172,7 @@ def _tracking_payload(tracker: Tracker) -> dict[str, Any]:
 def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: _Job) -> Any:
     """Start (or attach to) Ray, run `worker` on every worker of a TorchTrainer, return rank 0's result.
     A BertPipelineError raised on a worker comes back as one (the user's mistake, said once)."""
-    if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS")
-        # Without RAY_ADDRESS always a fresh local instance ("local"), never whatever cluster a stale
-        # /tmp/ray file points at; enough CPUs for one worker each.
-        ray.init(address=address or "local",
-                 num_cpus=None if address else max(job.num_workers, os.cpu_count() or 1))
+    connect(local_cpus=max(job.num_workers, os.cpu_count() or 1))  # locally, enough CPUs for one worker each
     env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
     env["BERT_PIPELINE_HOME"] = str(pipeline_home())
     trainer = TorchTrainer(
@@ -207,6 +203,7 @@ def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: 
 
 def launch(config: PretrainConfig) -> dict[str, Any]:
     """Check inputs, start (or attach to) Ray, run the TorchTrainer, and return the output manifest."""
+    cluster_address()  # a job server URL in RAY_ADDRESS is refused before any work or MLflow run
     config = absolutize(config)
     _, done = check_inputs(config)
     if done is not None:

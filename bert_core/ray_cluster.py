@@ -1,0 +1,40 @@
+"""Joining Ray from a bert-pipeline process: the cluster at RAY_ADDRESS, or a fresh local instance.
+
+RAY_ADDRESS has two forms. The GCS form (`host:6379`, `ray://host:10001`, `auto`) names a cluster a
+process joins as a driver: that is what this module does. The dashboard form (`http://host:8265`) names
+a job server: the Airflow operators submit steps there (operators.ray_jobs), and `ray job submit` does
+the same from a shell, but a driver cannot join through it. Ray's own error for that is about a
+malformed GCS address; ours says what to do instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from bert_core.errors import BertPipelineError
+
+
+def cluster_address() -> str | None:
+    """RAY_ADDRESS when it names a cluster to join; None for a local instance; an error for a job server URL."""
+    address = os.environ.get("RAY_ADDRESS", "").strip()
+    if re.match(r"https?://", address):
+        raise BertPipelineError(
+            f"RAY_ADDRESS={address} is a Ray dashboard (job server) URL: a process joins a cluster by its GCS "
+            "address (host:6379, or ray://host:10001). Either set RAY_ADDRESS to that, or submit the command "
+            f"as a job: ray job submit --address {address} --working-dir . -- bert-pipeline ...")
+    return address or None
+
+
+def connect(local_cpus: int | None = None, **init_kwargs: Any) -> None:
+    """Join the cluster at RAY_ADDRESS, or start a fresh local Ray with `local_cpus` CPUs (None: all).
+
+    Without RAY_ADDRESS always a new local instance ("local"), never whatever cluster a stale /tmp/ray
+    file points at. A process already connected (a test, a notebook, a job driver) stays as it is."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = cluster_address()
+    ray.init(address=address or "local", num_cpus=None if address else local_cpus, **init_kwargs)
