@@ -144,10 +144,13 @@ class BertSelfAttention(nn.Module):
         return layout.pack(context.transpose(1, 2))
 
 
-class BertSelfOutput(nn.Module):
-    def __init__(self, config: BertConfig):
+class BertResidualOutput(nn.Module):
+    """Projection back to the hidden size, dropout, residual, LayerNorm: HF's BertSelfOutput (after
+    attention, `attention.output.*`) and BertOutput (after the feed-forward, `output.*`)."""
+
+    def __init__(self, config: BertConfig, in_features: int):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(in_features, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -159,7 +162,7 @@ class BertAttention(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.self = BertSelfAttention(config)
-        self.output = BertSelfOutput(config)
+        self.output = BertResidualOutput(config, config.hidden_size)
 
     def forward(self, x: Tensor, layout: _Layout) -> Tensor:
         return self.output(self.self(x, layout), x)
@@ -175,23 +178,12 @@ class BertIntermediate(nn.Module):
         return self.act(self.dense(x))
 
 
-class BertOutput(nn.Module):
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, hidden: Tensor, residual: Tensor) -> Tensor:
-        return self.LayerNorm(self.dropout(self.dense(hidden)) + residual)
-
-
 class BertLayer(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.attention = BertAttention(config)
         self.intermediate = BertIntermediate(config)
-        self.output = BertOutput(config)
+        self.output = BertResidualOutput(config, config.intermediate_size)
 
     def forward(self, x: Tensor, layout: _Layout) -> Tensor:
         attended = self.attention(x, layout)

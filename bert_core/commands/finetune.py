@@ -6,6 +6,7 @@ import argparse
 import importlib
 import json
 
+from bert_core.commands.ray_flags import add_ray_train_arguments
 from bert_core.tasks.registry import TASKS
 
 
@@ -49,16 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="SQuAD 2.0: answer '' when null score - best span score exceeds this (default 0.0)")
     p.add_argument("--max-train-examples", type=int, help="train on the first N rows/windows only (quick runs)")
     p.add_argument("--device", help="torch device of an in-process run (default: cuda when available, else cpu)")
-    scale = p.add_argument_group("distributed (Ray Train)")
-    scale.add_argument("--num-workers", type=int, default=1,
-                       help="training workers (one per GPU with --use-gpu), each on its share of every batch: the "
-                            "global batch stays --batch-size. 0 or 1: in this process (1 runs on Ray when "
-                            "RAY_ADDRESS is set); more: Ray Train on the local Ray or the cluster at RAY_ADDRESS "
-                            "(default 1)")
-    scale.add_argument("--use-gpu", action="store_true", help="train on GPUs (NCCL between workers)")
-    scale.add_argument("--storage", metavar="URI",
-                       help="Ray Train storage path, shared by all nodes: local/NFS path or s3:// "
-                            "(default: $BERT_PIPELINE_HOME/ray_results)")
+    add_ray_train_arguments(p, 1, batch_note=", each on its share of every batch: the global batch stays "
+                            "--batch-size")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     p.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or the embedded sqlite)")

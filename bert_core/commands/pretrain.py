@@ -14,6 +14,8 @@ import json
 import logging
 import sys
 
+from bert_core.commands.ray_flags import add_ray_train_arguments
+
 log = logging.getLogger(__name__)
 
 
@@ -105,15 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
                             "sqlite:///$BERT_PIPELINE_HOME/mlflow.db)")
 
-    scale = parser.add_argument_group("distributed (Ray Train)")
-    scale.add_argument("--num-workers", type=int, default=d("num_workers"),
-                       help="training workers (one per GPU with --use-gpu). 0 or 1: in this process (1 runs on Ray "
-                            "when RAY_ADDRESS is set); more: Ray Train on the local Ray or the cluster at RAY_ADDRESS "
-                            "(default: %(default)s)")
-    scale.add_argument("--use-gpu", action="store_true", help="train on GPUs (NCCL between workers)")
-    scale.add_argument("--storage", metavar="URI",
-                       help="Ray Train storage for checkpoints, shared by all nodes: local/NFS path or s3:// "
-                            "(default: $BERT_PIPELINE_HOME/ray_results)")
+    scale = add_ray_train_arguments(parser, d("num_workers"), storage_holds="checkpoints")
     scale.add_argument("--max-failures", type=int, default=d("max_failures"),
                        help="restart the workers from the last checkpoint up to K times after a failure; -1: "
                             "always (default: %(default)s)")

@@ -46,15 +46,17 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
-class BertAdam(torch.optim.Optimizer):
-    """Google BERT's AdamWeightDecayOptimizer: Adam without bias correction, decoupled weight decay.
+class _DecoupledAdam(torch.optim.Optimizer):
+    """Adam moments with decoupled weight decay; subclasses choose bias correction and the step's scale."""
 
-        m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  w -= lr (m / (sqrt(v) + eps) + wd w)
-    """
+    bias_correction = True
 
-    def __init__(self, params: Iterable, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.999),
+    def __init__(self, params: Iterable, lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.0):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    def _scale(self, param: torch.Tensor, update: torch.Tensor, group: dict) -> float:
+        return 1.0
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -68,17 +70,33 @@ class BertAdam(torch.optim.Optimizer):
                 if not state:
                     state["exp_avg"] = torch.zeros_like(p)
                     state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] = state.get("step", 0) + 1  # get: BertAdam states saved before it counted
                 m, v = state["exp_avg"], state["exp_avg_sq"]
                 m.mul_(b1).add_(p.grad, alpha=1 - b1)
                 v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                if self.bias_correction:
+                    m, v = m / (1 - b1 ** state["step"]), v / (1 - b2 ** state["step"])
                 update = m / (v.sqrt() + group["eps"])
                 if group["weight_decay"]:
                     update.add_(p, alpha=group["weight_decay"])
-                p.add_(update, alpha=-group["lr"])
+                p.add_(update, alpha=-group["lr"] * self._scale(p, update, group))
         return loss
 
 
-class Lamb(torch.optim.Optimizer):
+class BertAdam(_DecoupledAdam):
+    """Google BERT's AdamWeightDecayOptimizer: Adam without bias correction, decoupled weight decay.
+
+        m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  w -= lr (m / (sqrt(v) + eps) + wd w)
+    """
+
+    bias_correction = False
+
+    def __init__(self, params: Iterable, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.0):
+        super().__init__(params, lr, betas, eps, weight_decay)
+
+
+class Lamb(_DecoupledAdam):
     """LAMB: per-tensor trust ratio ||w|| / ||adam_update + wd w|| on bias-corrected Adam moments.
 
     A group with `adapt=False` (biases, LayerNorm) takes the plain Adam-W update (ratio 1); a ratio
@@ -87,33 +105,10 @@ class Lamb(torch.optim.Optimizer):
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.0):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, adapt=True))
+        super().__init__(params, lr, betas, eps, weight_decay)
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            b1, b2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p)
-                    state["exp_avg_sq"] = torch.zeros_like(p)
-                state["step"] += 1
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                m.mul_(b1).add_(p.grad, alpha=1 - b1)
-                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-                m_hat = m / (1 - b1 ** state["step"])
-                v_hat = v / (1 - b2 ** state["step"])
-                update = m_hat / (v_hat.sqrt() + group["eps"])
-                if group["weight_decay"]:
-                    update.add_(p, alpha=group["weight_decay"])
-                ratio = trust_ratio(p, update) if group.get("adapt", True) else 1.0
-                p.add_(update, alpha=-group["lr"] * float(ratio))
-        return loss
+    def _scale(self, param: torch.Tensor, update: torch.Tensor, group: dict) -> float:
+        return trust_ratio(param, update) if group.get("adapt", True) else 1.0
 
 
 def trust_ratio(weight: torch.Tensor, update: torch.Tensor) -> float:
