@@ -1,0 +1,87 @@
+"""Every benchmark script runs end to end at a toy size and writes the JSON its docs are made from.
+
+Timings are never asserted (the machine is shared); what is checked is that each script still runs
+against the current code, measures every peer it promises, and that its ratios are computed from its
+own figures.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import toy_tasks
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).parents[2]
+VOCAB = REPO / "tests" / "fixtures" / "vocab" / "uncased_L-12_H-768_A-12.vocab.txt"
+
+
+def run_bench(script: str, *args: str, out: Path) -> dict:
+    done = subprocess.run([sys.executable, str(REPO / "bench" / script), *args, "--out-json", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return json.loads(out.read_text())
+
+
+def ratio_is_consistent(row: dict, ours: str, theirs: str, ratio: str) -> None:
+    assert row[ours] > 0 and row[theirs] > 0
+    assert row[ratio] == pytest.approx(row[ours] / row[theirs], rel=0.02)
+
+
+def test_model_throughput(tmp_path):
+    result = run_bench("model_throughput.py", "--configs", "minilm_L6_H384", "--modes", "train", "infer",
+                       "--batch-size", "2", "--seq-len", "16", "--steps", "1", "--warmup", "0",
+                       out=tmp_path / "model.json")
+    assert [(r["config"], r["mode"]) for r in result["rows"]] == [("minilm_L6_H384", "train"),
+                                                                  ("minilm_L6_H384", "infer")]
+    for row in result["rows"]:
+        ratio_is_consistent(row, "ours_tokens_per_s", "transformers_tokens_per_s", "ratio_ours_over_transformers")
+
+
+def test_pretrain_throughput(tmp_path):
+    result = run_bench("pretrain_throughput.py", "--configs", "bert_4_256_4", "--batch-size", "2", "--seq-len",
+                       "16", "--max-predictions", "3", "--steps", "1", "--warmup", "0", out=tmp_path / "pretrain.json")
+    (row,) = result["rows"]
+    assert row["config"] == "bert_4_256_4"
+    ratio_is_consistent(row, "ours_tokens_per_s", "transformers_tokens_per_s", "ratio_ours_over_transformers")
+
+
+def test_embedding_throughput(tmp_path):
+    result = run_bench("embedding_throughput.py", "--sentences", "8", "--batch-size", "4", "--max-len", "32",
+                       "--repeats", "1", out=tmp_path / "embedding.json")
+    rows = {r["peer"]: r for r in result["rows"]}
+    assert {"bert_core.BertEmbedding", "transformers.BertModel", "transformers.BertModel, batches in input order",
+            "bert_core ONNX export (ORT), padded to --max-len", "bert_core ONNX export (ORT), length buckets"} <= set(rows)
+    base = rows["transformers.BertModel"]
+    for row in rows.values():
+        assert len(row["pass_seconds"]) == 1 and row["sentences_per_s"] == pytest.approx(8 / row["pass_seconds"][0],
+                                                                                         rel=0.02)
+        assert row["ratio_vs_transformers"] == pytest.approx(row["sentences_per_s"] / base["sentences_per_s"],
+                                                             rel=0.02)
+
+
+def test_make_shards(tmp_path):
+    result = run_bench("make_shards.py", "--vocab", str(VOCAB), "--corpus-mb", "0.2", "--scales", "1", "--repeat",
+                       "1", "--workers", "1", "--work-dir", str(tmp_path / "work"), "--out-md", str(tmp_path / "m.md"),
+                       out=tmp_path / "shards.json")
+    (ours,) = result["ours"]
+    assert ours["instances"] > 0 and ours["tokens"] > 0 and ours["peak_rss_mb"] > 0
+    assert 0.3 < ours["random_next"] < 0.7  # NSP: about half the pairs take a random next segment
+    assert "make-shards" in (tmp_path / "m.md").read_text()
+
+
+def test_finetune_accuracy(tmp_path):
+    data = toy_tasks.write_sst2(tmp_path / "sst2")
+    result = run_bench("finetune_accuracy.py", "--task", "SST-2", "--data-dir", str(data), "--max-train-examples",
+                       "16", "--epochs", "1", "--batch-size", "8", "--max-len", "24", "--out-md", str(tmp_path / "f.md"),
+                       out=tmp_path / "finetune.json")
+    assert result["task"] == "sst-2" and result["main_metric"] == "accuracy"
+    for peer in ("ours", "transformers"):
+        assert 0 <= result[peer]["metrics"]["accuracy"] <= 1 and result[peer]["seconds"] > 0
+    assert "| sst-2 |" in (tmp_path / "f.md").read_text()
