@@ -23,9 +23,11 @@ such a text takes the reference instead: see `BertTokenizer._needs_reference`.
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import json
 import operator
+import os
 import re
 import sys
 import unicodedata
@@ -331,7 +333,41 @@ def _ranges(codepoints: list[int], escape: Callable[[int], str]) -> Iterator[str
 
 @functools.cache
 def _char_classes() -> _CharClasses:
-    """Scan all code points once per process (~1 s): class membership per Python's unicodedata.
+    """The character classes, from the on-disk cache when this exact code, Python (Unicode tables) and
+    tokenizers version built them before; else scanned (~1-2 s, which every CLI call, Airflow task and
+    Ray worker would otherwise pay) and cached. An unreadable or foreign cache file is rebuilt."""
+    path = _char_classes_cache_file()
+    try:
+        fields = json.loads(path.read_text(encoding="utf-8"))
+        return _CharClasses(**{name: frozenset(value) if isinstance(value, list) else value
+                               for name, value in fields.items()})
+    except (OSError, ValueError, TypeError):
+        pass
+    classes = _scan_char_classes()
+    fields = {name: sorted(value) if isinstance(value, frozenset) else value
+              for name, value in vars(classes).items()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(fields), encoding="utf-8")  # ASCII with escapes: lone surrogates survive
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs the scan again
+    return classes
+
+
+def _char_classes_cache_file() -> Path:
+    import tokenizers
+
+    from bert_core.storage import cache_root
+
+    key = hashlib.sha256("\0".join([Path(__file__).read_text(encoding="utf-8"), tokenizers.__version__,
+                                    unicodedata.unidata_version, sys.version, str(sys.maxunicode)]).encode())
+    return cache_root() / "tokenizer" / f"char-classes-{key.hexdigest()[:20]}.json"
+
+
+def _scan_char_classes() -> _CharClasses:
+    """Scan all code points: class membership per Python's unicodedata.
 
     Built from the same predicates as the reference, so the Rust pipeline cleans and splits
     exactly as the reference does for the Python (and Unicode) version in use. The Rust crate's

@@ -498,3 +498,26 @@ def test_tokenizer_pickles_for_worker_processes():
     tok.encode("warm up the fast path")
     clone = pickle.loads(pickle.dumps(tok))
     assert clone.encode_batch(CORPUS[:5]) == tok.encode_batch(CORPUS[:5])
+
+
+def test_character_classes_are_cached_on_disk_and_rebuilt_when_unreadable(tmp_path, monkeypatch):
+    from bert_core import tokenization
+
+    monkeypatch.setenv("BERT_PIPELINE_CACHE", str(tmp_path))
+    scanned = tokenization._scan_char_classes()
+    try:
+        _char_classes.cache_clear()
+        assert _char_classes() == scanned  # scanned, then written
+        (cached,) = (tmp_path / "tokenizer").glob("char-classes-*.json")
+        _char_classes.cache_clear()
+        monkeypatch.setattr(tokenization, "_scan_char_classes", lambda: pytest.fail("scanned again"))
+        assert _char_classes() == scanned  # read back, every class and set equal (lone surrogates too)
+        assert "\ud800" in _char_classes().needs_reference
+
+        cached.write_text('{"removed": "[^a]"}', encoding="utf-8")  # a file this code did not write
+        monkeypatch.setattr(tokenization, "_scan_char_classes", lambda: scanned)
+        _char_classes.cache_clear()
+        assert _char_classes() == scanned
+        assert json.loads(cached.read_text(encoding="utf-8"))["removed"] == scanned.removed
+    finally:
+        _char_classes.cache_clear()
