@@ -267,3 +267,19 @@ def test_bf16_autocast_runs_and_stays_close():
             low = model(ids, types, mask).logits
     assert torch.isfinite(low).all()
     assert (low.float() - ref).abs().max() < 0.1
+
+
+@pytest.mark.parametrize("seq", [16, 128])
+def test_encoder_flops_per_token_counts_what_the_model_computes(seq):
+    """The MFU figures of bench/pretrain_throughput.py divide by this count: it must equal the matmul FLOPs
+    torch's own counter sees in a forward pass (attention on the math kernel, whose products it can see)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                     intermediate_size=256, max_position_embeddings=128)
+    model = modeling.BertModel(cfg, add_pooling_layer=False).eval()
+    ids = torch.randint(0, 100, (2, seq))
+    with FlopCounterMode(display=False) as counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        model(ids)
+    assert counter.get_total_flops() == modeling.encoder_flops_per_token(cfg, seq) * ids.numel()
