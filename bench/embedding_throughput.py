@@ -172,7 +172,7 @@ def main() -> None:
     for name, ts in times.items():
         rate = args.sentences / statistics.median(ts)
         rows.append({"peer": name, "sentences_per_s": round(rate, 1), "ratio_vs_transformers":
-                     round(base / statistics.median(ts), 3), "pass_seconds": [round(t, 3) for t in ts]})
+                     round(base / statistics.median(ts), 3), "pass_seconds": [round(t, 5) for t in ts]})
         print(f"| {name} | {rate:.1f} | {base / statistics.median(ts):.2f}x |")
     ours_t, base_t = times["bert_core.BertEmbedding"], times["transformers.BertModel"]
     print(f"bert_core faster than transformers (length-sorted) in {sum(a < b for a, b in zip(ours_t, base_t))} of "
