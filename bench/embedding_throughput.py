@@ -46,7 +46,10 @@ def ours(model_dir: str, batch: int, max_len: int):
     return lambda texts: [r.sentence_vector for r in emb(texts)]
 
 
-def hf(model_dir: str, batch: int, max_len: int):
+def hf(model_dir: str, batch: int, max_len: int, sort_by_length: bool = True):
+    """transformers' BertModel on length-sorted batches (as we do: the fairest baseline, not a strawman), or
+    with sort_by_length=False as its documentation calls it: fixed batches in input order, each padded to
+    its longest sentence."""
     import transformers
 
     tok = transformers.AutoTokenizer.from_pretrained(model_dir)
@@ -54,15 +57,17 @@ def hf(model_dir: str, batch: int, max_len: int):
 
     @torch.inference_mode()
     def run(texts):
-        out = []
-        # Length-sorted batches, as we do: the fairest baseline, not a strawman.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = [None] * len(texts)
+        order = list(range(len(texts)))
+        if sort_by_length:
+            order.sort(key=lambda i: len(texts[i]))
         for i in range(0, len(order), batch):
             idx = order[i:i + batch]
             enc = tok([texts[j] for j in idx], padding=True, truncation=True, max_length=max_len,
                       return_tensors="pt")
-            out.extend(zip(idx, model(**enc).last_hidden_state[:, 0].numpy()))
-        return [v for _, v in sorted(out, key=lambda p: p[0])]
+            for j, vector in zip(idx, model(**enc).last_hidden_state[:, 0].numpy()):
+                out[j] = vector
+        return out
     return run
 
 
@@ -72,23 +77,6 @@ def sentence_transformers_peer(model_dir: str, batch: int, max_len: int):
     model = SentenceTransformer(str(Path(model_dir)), device="cpu")
     model.max_seq_length = max_len
     return lambda texts: model.encode(texts, batch_size=batch, convert_to_numpy=True, show_progress_bar=False)
-
-
-def hf_input_order(model_dir: str, batch: int, max_len: int):
-    """transformers as its documentation calls it: fixed batches in input order, padded to the longest."""
-    import transformers
-
-    tok = transformers.AutoTokenizer.from_pretrained(model_dir)
-    model = transformers.BertModel.from_pretrained(model_dir).eval()
-
-    @torch.inference_mode()
-    def run(texts):
-        out = []
-        for i in range(0, len(texts), batch):
-            enc = tok(texts[i:i + batch], padding=True, truncation=True, max_length=max_len, return_tensors="pt")
-            out.extend(model(**enc).last_hidden_state[:, 0].numpy())
-        return out
-    return run
 
 
 def _onnx_runner(model_dir: str, lengths: list[int]):
@@ -132,7 +120,7 @@ def onnx_export(model_dir: str, batch: int, max_len: int, buckets: bool = False)
 
 
 PEERS = {"bert_core.BertEmbedding": ours, "transformers.BertModel": hf,
-         "transformers.BertModel, batches in input order": hf_input_order,
+         "transformers.BertModel, batches in input order": lambda *a: hf(*a, sort_by_length=False),
          "sentence-transformers": sentence_transformers_peer,
          "bert_core ONNX export (ORT), padded to --max-len": onnx_export,
          "bert_core ONNX export (ORT), length buckets": lambda *a: onnx_export(*a, buckets=True)}
