@@ -38,6 +38,7 @@ def _refused(capsys) -> str:
 def test_cli_steps_refuse_a_job_server_url_before_any_work(monkeypatch, tmp_path, capsys, minilm_dir):
     monkeypatch.setenv("RAY_ADDRESS", JOB_SERVER)
     monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     write_segmented(tmp_path / "seg.txt", documents(6, seed=3))
     assert main(["make-shards", str(tmp_path / "seg.txt"), "--output", str(tmp_path / "shards"), "--vocab", VOCAB,
                  "--no-progress"]) == 2
@@ -45,12 +46,13 @@ def test_cli_steps_refuse_a_job_server_url_before_any_work(monkeypatch, tmp_path
     assert not (tmp_path / "shards").exists()
 
     assert main(["pretrain", "--data", str(tmp_path / "none-*.npz"), "--model", "bert_12_768_12",
-                 "--output", str(tmp_path / "model"), "--num-steps", "2", "--num-workers", "2", "--no-tracking"]) == 2
+                 "--output", str(tmp_path / "model"), "--num-steps", "2", "--num-workers", "2"]) == 2
     _refused(capsys)
 
     data = toy_tasks.write_sst2(tmp_path / "sst2")
     assert main(["finetune", "SST-2", "--data-dir", str(data), "--model", str(minilm_dir), "--output",
-                 str(tmp_path / "ft"), "--num-workers", "2", "--no-tracking"]) == 2
+                 str(tmp_path / "ft"), "--num-workers", "2"]) == 2
     _refused(capsys)
     assert not (tmp_path / "ft").exists() and not (tmp_path / "model").exists()
-    assert not (tmp_path / "home").exists() or not any((tmp_path / "home").rglob("mlruns*"))
+    # Tracking was on (the embedded store under BERT_PIPELINE_HOME): refused before any MLflow run was opened.
+    assert not (tmp_path / "home" / "mlflow.db").exists()
