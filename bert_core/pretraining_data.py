@@ -43,6 +43,16 @@ import numpy as np
 
 from bert_core.errors import BertPipelineError
 
+SPLITS = ("all", "train", "heldout")
+
+
+def is_heldout(document: Sequence[str], fraction: float) -> bool:
+    """Whether a document (its stripped, non-empty lines) belongs to the held-out side of `fraction`."""
+    if fraction <= 0.0:
+        return False
+    digest = hashlib.sha256("\n".join(document).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64 < fraction
+
 
 @dataclass(frozen=True)
 class ShardConfig:
@@ -67,6 +77,12 @@ class ShardConfig:
     google_random_stream: bool = False
     # Instances from consecutive units are mixed in a buffer of this many before being written.
     shuffle_buffer: int = 20_000
+    # Held-out split by document: a document is held out when the hash of its text falls below
+    # holdout_fraction (is_heldout), so the split depends neither on file order, units nor the seed, and
+    # a document repeated in the corpus lands on the same side. split "all" keeps every document;
+    # "train" / "heldout" keep one side (make_split_shards writes both).
+    holdout_fraction: float = 0.0
+    split: str = "all"
 
     def check(self) -> None:
         problems = []
@@ -83,6 +99,12 @@ class ShardConfig:
                 problems.append(f"{name} must be at least 1")
         if self.shuffle_buffer < 0:
             problems.append("shuffle_buffer must be >= 0")
+        if not 0.0 <= self.holdout_fraction < 1.0:
+            problems.append(f"holdout_fraction must be in [0, 1), got {self.holdout_fraction}")
+        if self.split not in SPLITS:
+            problems.append(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        elif self.split != "all" and self.holdout_fraction <= 0.0:
+            problems.append(f"split {self.split!r} needs a holdout_fraction above 0")
         if problems:
             raise BertPipelineError("make-shards: " + "; ".join(problems))
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import tempfile
@@ -35,7 +36,7 @@ import numpy as np
 
 from bert_core import manifest, shards, storage
 from bert_core.errors import BertPipelineError
-from bert_core.pretraining_data import ShardConfig, UnitResult, Vocab, build_unit
+from bert_core.pretraining_data import ShardConfig, UnitResult, Vocab, build_unit, is_heldout
 from bert_core.ray_cluster import cluster_address, connect
 from bert_core.text_inputs import fetch, iter_lines, resolve_inputs
 
@@ -59,6 +60,7 @@ class RunStats:
     masked: int = 0
     peak_documents_held: int = 0  # documents read but not yet handed back as instances
     documents_held: int = 0
+    other_side_documents: int = 0  # documents of the other side of a held-out split (skipped)
 
     def hold(self, n: int) -> None:
         self.documents_held += n
@@ -70,11 +72,31 @@ class RunStats:
 # --------------------------------------------------------------------------------------------
 
 
+def _looks_like_json(line: str) -> bool:
+    if not line.startswith(("{", "[")):
+        return False
+    try:
+        return isinstance(json.loads(line), (dict, list))
+    except ValueError:
+        return False
+
+
 def iter_documents(path: Path, uri: str) -> Iterator[list[str]]:
-    """Documents of a segmented file as stripped lines; blank lines separate documents (Google's format)."""
+    """Documents of a segmented file as stripped lines; blank lines separate documents (Google's format).
+
+    A file whose first text line is a JSON object or array (a manifest, JSONL not yet segmented) is an
+    error naming it: read as text it would become plausible-looking training data."""
     document: list[str] = []
-    for line in iter_lines(path, uri):
+    first = True
+    for lineno, line in enumerate(iter_lines(path, uri), start=1):
         line = line.strip()
+        if first and line:
+            first = False
+            if _looks_like_json(line):
+                raise BertPipelineError(
+                    f"{uri}: line {lineno} is JSON, not segmented text: make-shards reads one sentence per line "
+                    "with blank lines between documents (run `bert-pipeline segment` first; it reads JSONL "
+                    "with a `text` field)")
         if line:
             document.append(line)
         elif document:
@@ -93,6 +115,9 @@ def iter_units(files: list[tuple[str, Path]], config: ShardConfig, stats: RunSta
         chars = 0
         chunk_index = 0
         for document in iter_documents(path, uri):
+            if config.split != "all" and is_heldout(document, config.holdout_fraction) != (config.split == "heldout"):
+                stats.other_side_documents += 1
+                continue
             current.append(document)
             stats.hold(1)
             chars += sum(len(line) for line in document)
@@ -420,10 +445,16 @@ def make_shards(inputs: list[str], output: str, vocab_file: str, config: ShardCo
             bar.set_postfix_str(rates(stats, time.perf_counter() - clock), refresh=False)
         written = writer.close()
         if not written:
-            raise BertPipelineError(
-                f"make-shards: no instances: the inputs ({', '.join(uris[:3])}{', ...' if len(uris) > 3 else ''}) "
-                "hold no text"
-            )
+            named = f"{', '.join(uris[:3])}{', ...' if len(uris) > 3 else ''}"
+            if config.split == "heldout":
+                raise BertPipelineError(
+                    f"make-shards: the held-out fraction {config.holdout_fraction} selected none of the "
+                    f"{stats.other_side_documents} document(s) of {named}; raise --holdout-fraction or give more "
+                    "documents")
+            if config.split == "train":
+                raise BertPipelineError(f"make-shards: every document of {named} was held out; lower "
+                                        "--holdout-fraction")
+            raise BertPipelineError(f"make-shards: no instances: the inputs ({named}) hold no text")
         elapsed = time.perf_counter() - clock
         totals = {key: value for key, value in dataclasses.asdict(stats).items()
                   if key not in ("documents_held", "peak_documents_held")}
@@ -451,3 +482,38 @@ def make_shards(inputs: list[str], output: str, vocab_file: str, config: ShardCo
         stats.masked / max(stats.instances, 1),
     )
     return result_manifest
+
+
+def heldout_output_for(output: str) -> str:
+    """Where the held-out shards of `output` go by default: a sibling directory, OUTPUT-heldout (not inside
+    OUTPUT, where `--data OUTPUT` would read them as training data)."""
+    return output.rstrip("/") + "-heldout"
+
+
+def heldout_config(config: ShardConfig) -> ShardConfig:
+    """The held-out side: one masking pass (evaluation needs no duplicates) over the held-out documents."""
+    return dataclasses.replace(config, split="heldout", dupe_factor=1)
+
+
+def make_split_shards(inputs: list[str], output: str, vocab_file: str, config: ShardConfig,
+                      holdout_output: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    """make-shards with a held-out split by document: training shards in `output`, held-out shards (one
+    masking pass, random next sentences from held-out documents only) in `holdout_output`.
+
+    The held-out side runs first: it is small, and a fraction that selects no document fails before the
+    long training side starts. Returns the training side's manifest with `heldout` (output, instances).
+    """
+    if config.holdout_fraction <= 0.0:
+        raise BertPipelineError("make_split_shards: holdout_fraction must be above 0")
+    holdout_output = holdout_output or heldout_output_for(output)
+    if holdout_output.rstrip("/") == output.rstrip("/"):
+        raise BertPipelineError("the held-out output must differ from --output")
+    kwargs.pop("stats", None)
+    held = make_shards(inputs, holdout_output, vocab_file, heldout_config(config), **kwargs)
+    train = make_shards(inputs, output, vocab_file, dataclasses.replace(config, split="train"), **kwargs)
+    held_totals = held.get("totals", {})
+    train["heldout"] = {"output": holdout_output, "instances": held_totals.get("instances"),
+                        "documents": held_totals.get("documents")}
+    log.info("held out %s document(s) (%s instances) in %s", held_totals.get("documents"),
+             held_totals.get("instances"), holdout_output)
+    return train

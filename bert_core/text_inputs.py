@@ -54,7 +54,8 @@ def _s3_matches(pattern: str) -> list[str]:
     literal = key[: min(key.index(c) for c in _GLOB_CHARS if c in key)]
     prefix = literal[: literal.rfind("/") + 1]
     names = storage.list_files(f"s3://{bucket}/{prefix}".rstrip("/"))
-    return [f"s3://{bucket}/{prefix}{name}" for name in names if fnmatch.fnmatchcase(prefix + name, key)]
+    return [f"s3://{bucket}/{prefix}{name}" for name in names
+            if fnmatch.fnmatchcase(prefix + name, key) and Path(name).name not in _SKIPPED_NAMES]
 
 
 def resolve_inputs(patterns: Sequence[str]) -> list[str]:
@@ -65,6 +66,10 @@ def resolve_inputs(patterns: Sequence[str]) -> list[str]:
     """
     if not patterns:
         raise BertPipelineError("no input given")
+    if all(storage.local_path(p).name in _SKIPPED_NAMES for p in patterns if not storage.is_s3(p)) and not any(
+            storage.is_s3(p) for p in patterns):
+        raise BertPipelineError(f"input {', '.join(patterns)}: a step's manifest, not text; give the data files "
+                                "(or their directory) instead")
     result: list[str] = []
     seen: set[str] = set()
     for pattern in patterns:
@@ -79,8 +84,14 @@ def resolve_inputs(patterns: Sequence[str]) -> list[str]:
                     and not any(part.startswith(".") for part in p.relative_to(path).parts)
                 )
             elif _has_glob(str(path)):
-                matches = sorted(p for p in glob.glob(str(path), recursive=True) if os.path.isfile(p))
+                # `seg/*` over a step's output must not pick up the step's own manifest as corpus text.
+                matches = sorted(p for p in glob.glob(str(path), recursive=True)
+                                 if os.path.isfile(p) and Path(p).name not in _SKIPPED_NAMES)
             elif path.is_file():
+                if path.name in _SKIPPED_NAMES:
+                    # The shell expands `seg/*` before we see it: the step's own manifest arrives by name.
+                    log.info("input %s: skipped (a step's %s, not text)", pattern, path.name)
+                    continue
                 matches = [str(path)]
             else:
                 raise BertPipelineError(f"input {pattern}: no such file or directory")

@@ -58,6 +58,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shuffle-buffer", type=int, default=d.shuffle_buffer, metavar="N",
                         help="instances from consecutive units are mixed in a buffer of this many before "
                         "being written (default: %(default)s)")
+    parser.add_argument("--holdout-fraction", type=float, default=d.holdout_fraction, metavar="F",
+                        help="hold out about this fraction of the documents (chosen by a hash of each document's "
+                        "text, so the split is stable across runs and seeds) as evaluation shards: one masking "
+                        "pass, random next sentences from held-out documents only; 0: none (default: %(default)s)")
+    parser.add_argument("--holdout-output", metavar="DIR_OR_URI",
+                        help="where the held-out shards go (default: OUTPUT-heldout); give it to `pretrain "
+                        "--data-eval`")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="processes making instances in parallel; with RAY_ADDRESS set, units run as Ray "
                         "tasks on the cluster instead. Does not change the output (default: %(default)s)")
@@ -77,7 +84,17 @@ def run(args: argparse.Namespace) -> int:
         google_random_stream=args.google_random_stream,
         chunk_documents=args.chunk_documents, chunk_chars=args.chunk_chars,
         instances_per_shard=args.instances_per_shard, shuffle_buffer=args.shuffle_buffer,
+        holdout_fraction=args.holdout_fraction,
     )
-    make_shards(args.inputs, args.output, args.vocab, config, workers=args.workers, overwrite=args.overwrite,
-                progress=False if args.no_progress else None)
+    options = dict(workers=args.workers, overwrite=args.overwrite, progress=False if args.no_progress else None)
+    if config.holdout_fraction > 0:
+        from bert_core.sharding import make_split_shards
+
+        make_split_shards(args.inputs, args.output, args.vocab, config, args.holdout_output, **options)
+    elif args.holdout_output:
+        from bert_core.errors import BertPipelineError
+
+        raise BertPipelineError("--holdout-output needs --holdout-fraction above 0")
+    else:
+        make_shards(args.inputs, args.output, args.vocab, config, **options)
     return 0

@@ -242,3 +242,83 @@ def test_cli(corpus, tmp_path, capsys):
     assert arrays["input_ids"].shape[1] == 64 and np.all(arrays["input_ids"][:, 0] == 101)
     assert main([*argv[:4], "--vocab", str(tmp_path / "missing.txt")]) == 2
     assert "missing.txt" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------- held-out split
+
+
+def test_heldout_split_by_document(corpus, tmp_path):
+    config = ShardConfig(**{**SMALL.__dict__, "holdout_fraction": 0.2})
+    train_out, held_out = tmp_path / "train", tmp_path / "held"
+    result = sharding.make_split_shards([str(corpus / "*.txt")], str(train_out), VOCAB, config, str(held_out))
+    held = manifest.read(held_out)
+    assert result["heldout"] == {"output": str(held_out), "instances": held["totals"]["instances"],
+                                 "documents": held["totals"]["documents"]}
+    # Every document is on exactly one side; about the asked fraction is held out.
+    assert result["totals"]["documents"] + held["totals"]["documents"] == 200
+    assert 20 <= held["totals"]["documents"] <= 60
+    assert held["config"]["split"] == "heldout" and held["config"]["dupe_factor"] == 1
+    assert result["config"]["split"] == "train" and result["config"]["dupe_factor"] == 2
+    # No held-out document's text reaches the training shards: compare the token rows' sentences.
+    from bert_core.pretraining_data import is_heldout
+
+    docs = documents(130, seed=1) + documents(70, seed=2)
+    held_docs = [d for d in docs if is_heldout(d, 0.2)]
+    assert len(held_docs) == held["totals"]["documents"]
+    # The split is a property of the text: the same documents in another order and file layout split alike.
+    (tmp_path / "shuffled").mkdir()
+    write_segmented(tmp_path / "shuffled" / "all.txt", list(reversed(docs)))
+    again = sharding.make_split_shards([str(tmp_path / "shuffled" / "all.txt")], str(tmp_path / "t2"), VOCAB,
+                                       config, str(tmp_path / "h2"))
+    assert again["heldout"]["documents"] == held["totals"]["documents"]
+    # Re-running is a no-op on both sides.
+    before = digests(train_out) + digests(held_out)
+    sharding.make_split_shards([str(corpus / "*.txt")], str(train_out), VOCAB, config, str(held_out))
+    assert digests(train_out) + digests(held_out) == before
+
+
+def test_heldout_cli_and_empty_selection(corpus, tmp_path, capsys):
+    out = tmp_path / "shards"
+    assert main(["make-shards", str(corpus / "a.txt"), "--output", str(out), "--vocab", VOCAB,
+                 "--holdout-fraction", "0.1", "--dupe-factor", "1", "--no-progress"]) == 0
+    assert (tmp_path / "shards-heldout" / "manifest.json").is_file() and (out / "manifest.json").is_file()
+    one = tmp_path / "one.txt"
+    write_segmented(one, documents(1, seed=5, min_sentences=4))
+    with pytest.raises(BertPipelineError, match="selected none of the 1 document"):
+        sharding.make_split_shards([str(one)], str(tmp_path / "o1"), VOCAB,
+                                   ShardConfig(holdout_fraction=0.001), str(tmp_path / "h1"))
+    assert not (tmp_path / "o1").exists()  # the held-out side runs first: nothing was written
+    assert main(["make-shards", str(one), "--output", str(tmp_path / "o2"), "--vocab", VOCAB,
+                 "--holdout-output", str(tmp_path / "h2")]) != 0
+    assert "--holdout-output needs --holdout-fraction" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------- input hygiene
+
+
+def test_step_manifests_are_never_corpus_text(corpus, tmp_path):
+    seg = tmp_path / "seg"
+    seg.mkdir()
+    write_segmented(seg / "part.txt", documents(30, seed=3))
+    (seg / "manifest.json").write_text('{"step": "segment", "outputs": [{"path": "part.txt"}]}\n')
+    expected = sharding.make_shards([str(seg / "part.txt")], str(tmp_path / "ref"), VOCAB, SMALL)
+    # `seg/*` as the shell expands it (the manifest named explicitly), as a glob, and as a directory.
+    for name, inputs in (("expanded", [str(seg / "manifest.json"), str(seg / "part.txt")]),
+                         ("glob", [str(seg / "*")]), ("dir", [str(seg)])):
+        result = sharding.make_shards(inputs, str(tmp_path / name), VOCAB, SMALL)
+        assert [i["uri"] for i in result["inputs"] if not i["uri"].startswith("vocab:")] == [str(seg / "part.txt")]
+        assert result["totals"] == expected["totals"]
+    with pytest.raises(BertPipelineError, match="a step's manifest, not text"):
+        sharding.make_shards([str(seg / "manifest.json")], str(tmp_path / "only"), VOCAB, SMALL)
+
+
+def test_json_and_binary_inputs_are_clear_errors(tmp_path):
+    jsonl = tmp_path / "corpus.jsonl"
+    jsonl.write_text('{"text": "A document."}\n{"text": "Another one."}\n')
+    with pytest.raises(BertPipelineError, match=r"corpus.jsonl: line 1 is JSON, not segmented text.*segment"):
+        sharding.make_shards([str(jsonl)], str(tmp_path / "o"), VOCAB, SMALL)
+    blob = tmp_path / "weights.bin"
+    blob.write_bytes(b"\x00\x01\x02binary\x00" * 10)
+    with pytest.raises(BertPipelineError, match=r"weights.bin: binary data, not text"):
+        sharding.make_shards([str(blob)], str(tmp_path / "o2"), VOCAB, SMALL)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o2").exists()
