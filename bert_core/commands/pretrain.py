@@ -65,11 +65,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     steps.add_argument("--num-steps", type=int, help="number of optimizer steps")
     steps.add_argument("--epochs", type=int, help="number of passes over the training shards")
     opt.add_argument("--optimizer", choices=("adamw", "bertadam", "lamb"), default=d("optimizer"),
-                     help="adamw (torch), bertadam (Google BERT's Adam: no bias correction) or lamb "
-                          "(layer-wise trust ratio, for large batches) (default: %(default)s)")
-    opt.add_argument("--lr", type=float, default=d("lr"), help="peak learning rate (default: %(default)s)")
+                     help="adamw (torch), bertadam (Google BERT's Adam: no bias correction; needs a long warmup) "
+                          "or lamb (layer-wise trust ratio, for large batches) (default: adamw)")
+    opt.add_argument("--lr", type=float, default=d("lr"),
+                     help="peak learning rate (default: by model width and global batch, "
+                          "1e-3 x (128 / hidden) x sqrt(global batch / 64), within [2e-5, 3e-3]; "
+                          "see docs/pretraining.md)")
     opt.add_argument("--warmup-ratio", type=float, default=d("warmup_ratio"),
-                     help="fraction of the steps with linear warmup; then linear decay to 0 (default: %(default)s)")
+                     help="fraction of the steps with linear warmup; then linear decay to 0 (default: 10%% of the "
+                          "steps, at most 10,000 steps)")
     opt.add_argument("--weight-decay", type=float, default=d("weight_decay"),
                      help="decoupled weight decay; never on biases and LayerNorm (default: %(default)s)")
     opt.add_argument("--adam-eps", type=float, default=d("adam_eps"), help="optimizer epsilon (default: %(default)s)")
@@ -98,6 +102,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="evaluate on --data-eval every N steps; 0: only at the end (default: %(default)s)")
     ckpt.add_argument("--eval-max-batches", type=int, default=d("eval_max_batches"),
                       help="cap evaluation at N batches per worker; 0: all of --data-eval (default: %(default)s)")
+    ckpt.add_argument("--watch-fraction", type=float, default=d("watch_fraction"),
+                      help="after this fraction of the steps (and twice it, and at the end) check that the run "
+                           "learns: a loss that stopped improving or masked-LM accuracy at chance is a warning, "
+                           "an MLflow tag and a line of the final summary (default: %(default)s)")
     ckpt.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
     track = parser.add_argument_group("tracking")
@@ -133,5 +141,11 @@ def run(args: argparse.Namespace) -> int:
             tracker.end("FAILED")
             raise
         tracker.end("FINISHED")
-    print(json.dumps({"output": config.output, **result.get("metrics", {})}), file=sys.stdout)
+    check = result.get("learning_check") or {}
+    print(json.dumps({"output": config.output, **result.get("metrics", {}),
+                      "learning_check": check.get("status")}), file=sys.stdout)
+    if check.get("status") in ("not_learning", "warned"):
+        head = "this run did not learn" if check["status"] == "not_learning" else "learning check"
+        for problem in check.get("problems", []):
+            print(f"warning: {head}: {problem}", file=sys.stderr)
     return 0

@@ -48,6 +48,7 @@ from bert_core.errors import BertPipelineError, CheckpointMismatchError
 from bert_core.modeling import BertForPreTraining
 from bert_core.tracking import NullTracker, Tracker, standard_tags
 from bert_core.train import dist
+from bert_core.train import recipe as recipes
 from bert_core.train.checkpointing import (
     CheckpointStore,
     LocalCheckpointStore,
@@ -57,6 +58,7 @@ from bert_core.train.checkpointing import (
     restore_rng,
     write_training_state,
 )
+from bert_core.train.learning_watch import Baseline, LearningWatch
 from bert_core.train.loop import optimizer_step
 from bert_core.train.optim import build_optimizer, build_scheduler
 from bert_core.train.precision import Precision
@@ -68,6 +70,7 @@ from bert_core.train.pretrain_data import (
     check_vocab,
     data_dir_files,
     eval_batches,
+    majority_baseline,
     recorded_vocab,
 )
 
@@ -343,8 +346,13 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     stream_cfg = StreamConfig(config.batch_size, config.seed, config.num_buckets, config.use_avg_len)
     stream = PretrainStream(shards, stream_cfg, rank, world, model_config.vocab_size)
     total_steps = _total_steps(config, stream)
-    optimizer = build_optimizer(model, config.optimizer, config.lr, config.weight_decay, config.adam_eps)
-    scheduler = build_scheduler(optimizer, total_steps, config.warmup_ratio)
+    recipe = run_recipe(config, model_config, stream_cfg, world, shards, total_steps)
+    log.info("pretraining recipe: %s; global batch %d sequences, %d steps", recipe.describe(),
+             _global_sequences(config, stream_cfg, world, shards), total_steps)
+    for caution in recipes.cautions(recipe, total_steps) if rank == 0 else []:
+        log.warning("%s", caution)
+    optimizer = build_optimizer(model, recipe.optimizer, recipe.lr, config.weight_decay, config.adam_eps)
+    scheduler = build_scheduler(optimizer, total_steps, recipe.warmup_ratio)
     precision = Precision(config.dtype, device)
     seed_seq = np.random.SeedSequence([config.seed, rank])
     torch.manual_seed(int(seed_seq.generate_state(1)[0]))
@@ -361,7 +369,9 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     ddp_model = dist.wrap_ddp(model, device)
 
     params = {**config.result_config(), "model_config": model_config.to_hf_dict(), "total_steps": total_steps,
-              "world_size": world, "global_batch_size": config.batch_size * world * config.accumulate}
+              "world_size": world, "global_batch_size": config.batch_size * world * config.accumulate,
+              "optimizer": recipe.optimizer, "lr": recipe.lr, "warmup_ratio": recipe.warmup_ratio,
+              "recipe_chosen_by_rule": ",".join(recipe.chosen) or "none"}
     tracker.log_params(params)
     tracker.set_tags({**standard_tags(data_sha), **({"resumed_from": resumed_from} if resumed_from else {})})
     for path in list(shards.manifests) + (list(eval_shards.manifests) if eval_shards else []):
@@ -371,6 +381,8 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
                                                                       config.keep_checkpoints, rank)
     interval = _Interval()
     tokens_seen = 0
+    watch = LearningWatch(total_steps, Baseline(*majority_baseline(eval_shards or shards)), config.watch_fraction)
+    watch.skip_until(step)
     # In a log file (Ray workers, Airflow) a bar redrawn every second would flood it.
     bar = tqdm(total=total_steps, initial=step, disable=rank != 0 or not config.progress, unit="step",
                dynamic_ncols=True, mininterval=1.0 if sys.stderr.isatty() else 30.0)
@@ -392,14 +404,19 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
             interval.steps += 1
             interval.skipped += int(not result.applied)
             bar.update(1)
-            if step % config.log_interval == 0 or step == total_steps:
+            if step % config.log_interval == 0 or step == total_steps or watch.due(step):
                 logged = _log_interval(tracker, bar, interval, result, step)
+                watch.observe_train(step, logged)
                 interval = _Interval()
                 log.debug("step %d: %s", step, logged)
+            heldout = None
+            if eval_shards and step < total_steps and (
+                    watch.due(step) or (config.eval_interval and step % config.eval_interval == 0)):
+                heldout = _evaluate(config, model, eval_shards, precision, device, rank, world)
+                tracker.log_metrics({f"eval_{k}": v for k, v in heldout.items()}, step)
+            if watch.due(step) and step < total_steps:
+                _watch_check(watch, step, tracker, heldout)
             _fail_for_test(step, rank, resumed_from is not None)
-            if config.eval_interval and step % config.eval_interval == 0 and step < total_steps and eval_shards:
-                eval_metrics = _evaluate(config, model, eval_shards, precision, device, rank, world)
-                tracker.log_metrics({f"eval_{k}": v for k, v in eval_metrics.items()}, step)
             if config.ckpt_interval and step % config.ckpt_interval == 0 and step < total_steps:
                 _save_checkpoint(ckpt_store, step, model, optimizer, scheduler, precision, stream, config,
                                  total_steps, stream_cfg, world, metrics_from(values))
@@ -408,7 +425,11 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
 
     final = _evaluate(config, model, eval_shards or shards, precision, device, rank, world,
                       train_fallback=eval_shards is None)
+    final.update({"mlm_accuracy_chance": watch.baseline.mlm, "nsp_accuracy_chance": watch.baseline.nsp,
+                  "mlm_accuracy_over_chance": final["mlm_accuracy"] - watch.baseline.mlm})
     tracker.log_metrics({f"eval_{k}": v for k, v in final.items()}, step)
+    verdict = watch.finish(step, final)
+    _report_verdict(verdict, tracker, eval_shards is not None)
     result_manifest = None
     if rank == 0:
         result_manifest = _write_output(config, model, vocab_file, inputs, started, final, tracker, {
@@ -416,9 +437,47 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
                          "world_size": world, "resumed_from": resumed_from,
                          "metrics_on": "data_eval" if eval_shards else "training data"},
             "launch": config.launch_config(),
+            "recipe": recipe.as_dict(),
+            "learning_check": verdict.as_dict(),
             "mlflow_run_id": tracker.run_id,
         })
     return dist.broadcast_object(result_manifest)
+
+
+def _global_sequences(config: PretrainConfig, stream_cfg: StreamConfig, world: int, shards: ShardSet) -> int:
+    """Sequences per optimizer step over all workers (--use-avg-len counts tokens: divided by the shard length)."""
+    per_batch = config.batch_size
+    if stream_cfg.use_avg_len:
+        per_batch = max(1, config.batch_size // shards.header(0)[1])
+    return per_batch * world * config.accumulate
+
+
+def run_recipe(config: PretrainConfig, model_config: BertConfig, stream_cfg: StreamConfig, world: int,
+               shards: ShardSet, total_steps: int) -> recipes.Recipe:
+    """The optimizer, lr and warmup of this run: the flags given, the default rule for the rest."""
+    return recipes.resolve(config.optimizer, config.lr, config.warmup_ratio, model_config.hidden_size,
+                           _global_sequences(config, stream_cfg, world, shards), total_steps)
+
+
+def _watch_check(watch: LearningWatch, step: int, tracker: Tracker, heldout: dict[str, float] | None) -> None:
+    """A check point of the learning watch, on this step's held-out evaluation when the run has held-out data."""
+    if heldout is not None:
+        watch.observe_eval(step, heldout)
+    for problem in watch.check(step):
+        log.warning("step %d of %d: this run may not be learning: %s", step, watch.total_steps, problem)
+    tracker.set_tags({"learning_check": watch.verdict.status})
+
+
+def _report_verdict(verdict, tracker: Tracker, heldout: bool) -> None:
+    tracker.set_tags({"learning_check": verdict.status,
+                      "learning_check.problems": " | ".join(verdict.problems)[:5000] or "none"})
+    if verdict.status == "not_learning":
+        log.warning("this run did not learn (%s data): %s", "held-out" if heldout else "training",
+                    "; ".join(verdict.problems))
+    elif verdict.status == "warned":
+        log.warning("learning check: masked-LM accuracy ends above chance, but: %s", "; ".join(verdict.problems))
+    elif verdict.status == "too_short":
+        log.info("learning check: the run was too short for the check points (%s)", verdict.checked_at)
 
 
 def _log_interval(tracker: Tracker, bar: tqdm, interval: _Interval, result, step: int) -> dict[str, float]:
@@ -505,7 +564,8 @@ def _write_output(config: PretrainConfig, model: BertForPreTraining, vocab_file:
         outputs = sorted(p.name for p in tmp.iterdir())
         result = manifest.build(STEP, config.result_config(), inputs, tmp, outputs, started,
                                 metrics={k: metrics[k] for k in ("loss", "mlm_accuracy", "nsp_accuracy",
-                                                                 "mlm_loss", "nsp_loss")},
+                                                                 "mlm_loss", "nsp_loss", "mlm_accuracy_chance",
+                                                                 "nsp_accuracy_chance", "mlm_accuracy_over_chance")},
                                 extra=extra)
         manifest.write(result, tmp)
         tracker.log_artifact(tmp / manifest.MANIFEST)

@@ -13,7 +13,8 @@ from bert_core.errors import BertPipelineError
 # Settings that change how a run is executed or observed, not what it computes: kept out of the
 # manifest's `config`, so re-running with e.g. --resume or another tracking URI is still a no-op.
 LAUNCH_FIELDS = ("resume", "tracking", "tracking_uri", "storage", "max_failures", "run_name", "overwrite",
-                 "log_interval", "keep_checkpoints", "ckpt_dir", "ckpt_interval", "progress")
+                 "log_interval", "keep_checkpoints", "ckpt_dir", "ckpt_interval", "progress",
+                 "watch_fraction")
 
 
 @dataclass
@@ -28,11 +29,12 @@ class PretrainConfig:
     vocab: str | None = None
     batch_size: int = 32
     accumulate: int = 1
-    lr: float = 1e-4
-    warmup_ratio: float = 0.01
+    # None: chosen by the default rule for the model size and global batch (bert_core.train.recipe).
+    lr: float | None = None
+    warmup_ratio: float | None = None
     num_steps: int | None = None
     epochs: int | None = None
-    optimizer: str = "bertadam"
+    optimizer: str | None = None
     weight_decay: float = 0.01
     adam_eps: float = 1e-6
     max_grad_norm: float = 1.0
@@ -44,6 +46,8 @@ class PretrainConfig:
     log_interval: int = 10
     eval_interval: int = 0
     eval_max_batches: int = 0
+    # Fraction of the steps after which the run is checked for not learning (bert_core.train.learning_watch).
+    watch_fraction: float = 0.25
     num_buckets: int = 1
     use_avg_len: bool = False
     seed: int = 0
@@ -70,19 +74,21 @@ class PretrainConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise BertPipelineError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if not 0.0 < self.watch_fraction < 1.0:
+            raise BertPipelineError(f"--watch-fraction must be in (0, 1), got {self.watch_fraction}")
         for name in ("ckpt_interval", "eval_interval", "eval_max_batches", "num_workers", "max_failures"):
             if getattr(self, name) < 0 and not (name == "max_failures" and getattr(self, name) == -1):
                 raise BertPipelineError(f"--{name.replace('_', '-')} must not be negative")
         from bert_core.train.optim import OPTIMIZERS
         from bert_core.train.precision import DTYPES
 
-        if self.optimizer not in OPTIMIZERS:
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
             raise BertPipelineError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.dtype not in DTYPES:
             raise BertPipelineError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
+        if self.lr is not None and not (self.lr > 0 and math.isfinite(self.lr)):
             raise BertPipelineError(f"--lr must be positive, got {self.lr}")
-        if not 0.0 <= self.warmup_ratio <= 1.0:
+        if self.warmup_ratio is not None and not 0.0 <= self.warmup_ratio <= 1.0:
             raise BertPipelineError(f"--warmup-ratio must be in [0, 1], got {self.warmup_ratio}")
 
     def runs_on_ray(self) -> bool:

@@ -440,6 +440,25 @@ def eval_batches(shards: ShardSet, batch_size: int, rank: int = 0, world_size: i
             emitted += 1
 
 
+def majority_baseline(shards: ShardSet, max_shards: int = 2) -> tuple[float, float]:
+    """(masked-LM, NSP) accuracy of always answering the most frequent masked token / next-sentence label,
+    over the first `max_shards` shards: what "at chance" means for these data."""
+    counts: dict[int, float] = {}
+    total, random_next, sequences = 0.0, 0, 0
+    for index in range(min(len(shards), max_shards)):
+        arrays = shards.load(index)
+        ids, weights = arrays["masked_lm_ids"].ravel(), arrays["masked_lm_weights"].ravel()
+        real = weights > 0
+        for token, weight in zip(*np.unique(ids[real], return_counts=True)):
+            counts[int(token)] = counts.get(int(token), 0.0) + float(weight)
+        total += float(real.sum())
+        random_next += int(arrays["next_sentence_labels"].sum())
+        sequences += len(arrays["next_sentence_labels"])
+    mlm = max(counts.values()) / total if total else 0.0
+    nsp = max(random_next, sequences - random_next) / sequences if sequences else 0.5
+    return mlm, nsp
+
+
 def recorded_vocab(shards: ShardSet) -> Path | None:
     """The vocab.txt the shards were made with, from the make-shards manifest (`vocab.uri`), when it is
     still there with the recorded sha256: the model directory should carry the vocabulary of its data."""
