@@ -32,9 +32,15 @@ DEFAULT_GATES: dict[str, tuple[str, ...]] = {
     "bert-mrpc": ("f1", "accuracy"),
 }
 # Floors: the least a candidate must reach to be promoted at all (chance level for the toy-sized tasks).
+# A floor may name a metric that is not a gate: it is checked, but not compared with the champion.
+# bert-pretrained: held-out masked-LM accuracy at least 5 points above always predicting the most
+# frequent masked token of the same data (pretrain's `mlm_accuracy_chance`); a run stuck at the
+# unigram stage (e.g. 0.08 against 0.063) stays below it.
+PRETRAINED_MIN_LIFT = 0.05
 DEFAULT_FLOORS: dict[str, dict[str, float]] = {
     "bert-sst-2": {"accuracy": 0.5},
     "bert-squad": {"f1": 0.0},
+    PRETRAINED: {"mlm_accuracy_over_chance": PRETRAINED_MIN_LIFT},
 }
 
 
@@ -112,7 +118,7 @@ def decide(candidate: dict[str, float], champion: dict[str, float] | None, gates
            floors: dict[str, float]) -> tuple[bool, list[str]]:
     """(promote?, reasons). Pure: the rule itself, without MLflow."""
     reasons: list[str] = []
-    for metric in gates:
+    for metric in dict.fromkeys([*gates, *floors]):
         value = candidate.get(metric)
         if value is None or math.isnan(value):
             reasons.append(f"{metric}: the candidate has no value")
@@ -120,15 +126,18 @@ def decide(candidate: dict[str, float], champion: dict[str, float] | None, gates
         floor = floors.get(metric)
         if floor is not None and _worse(metric, value, floor):
             reasons.append(f"{metric}: {value:.6g} is below the floor {floor:.6g}")
-        if champion is not None and metric in champion and _worse(metric, value, champion[metric]):
+        if metric in gates and champion is not None and metric in champion and _worse(metric, value, champion[metric]):
             reasons.append(f"{metric}: {value:.6g} is worse than the champion's {champion[metric]:.6g}")
     return not reasons, reasons
 
 
 def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None = None,
             floors: dict[str, float] | None = None, tracking_uri: str | None = None,
-            report_path: str | Path | None = None) -> dict[str, Any]:
+            report_path: str | Path | None = None, require_heldout: bool = False) -> dict[str, Any]:
     """Move `champion` to `name`/`version` if its gates pass; the replaced champion becomes `previous`.
+
+    require_heldout: the candidate's metrics must have been measured on held-out data (its `metrics_on`
+    tag, set at registration): a pretrained model scored on its own training data proves nothing.
 
     The decision is recorded as `promotion.*` tags on the candidate and returned as a report dict
     (written as JSON to report_path when given).
@@ -146,6 +155,10 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
         promoted, reasons = True, ["already the champion"]
     else:
         promoted, reasons = decide(candidate, champion, gates, floors)
+        metrics_on = client.get_model_version(name, version).tags.get("metrics_on")
+        if require_heldout and metrics_on != "held-out":
+            promoted = False
+            reasons.append(f"its metrics were measured on {metrics_on or 'unrecorded data'}, not on held-out data")
         if promoted:
             reasons = ["first model: no champion yet"] if champion is None else [
                 "every gate metric is no worse than the champion's"]

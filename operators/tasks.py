@@ -79,14 +79,19 @@ def segment(inputs: list[str], output: str) -> str:
 
 @on_ray_cluster_when_asked
 def make_shards(segmented: str | list[str], output: str, vocab: str, max_seq_length: int = 128,
-                max_predictions_per_seq: int = 20, dupe_factor: int = 5, seed: int = 12345) -> str:
+                max_predictions_per_seq: int = 20, dupe_factor: int = 5, seed: int = 12345,
+                holdout_fraction: float = 0.0, split: str = "all") -> str:
+    """Shards of `segmented`; with a holdout_fraction, only one side of the held-out split (`split`:
+    "train", or "heldout" for the evaluation shards: one masking pass)."""
     from bert_core.pretraining_data import ShardConfig
+    from bert_core.sharding import heldout_config
     from bert_core.sharding import make_shards as run
 
     inputs = [segmented] if isinstance(segmented, str) else list(segmented)
     config = ShardConfig(max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
-                         dupe_factor=dupe_factor, random_seed=seed)
-    run(inputs, output, vocab, config, progress=False)
+                         dupe_factor=dupe_factor, random_seed=seed, holdout_fraction=holdout_fraction,
+                         split="train" if split == "heldout" else split)
+    run(inputs, output, vocab, heldout_config(config) if split == "heldout" else config, progress=False)
     return output
 
 
@@ -105,12 +110,15 @@ def validate_shards(shards_dir: str) -> dict[str, Any]:
 
 @on_ray_cluster_when_asked
 def pretrain(shards_dir: str, output: str, model: str, num_workers: int = 2, num_steps: int = 40,
-             batch_size: int = 16, lr: float = 1e-3, vocab: str | None = None, seed: int = 0) -> dict[str, Any]:
-    """Pretrain from scratch; on Ray Train (local Ray unless RAY_ADDRESS) when num_workers > 1."""
+             batch_size: int = 16, lr: float | None = None, vocab: str | None = None, seed: int = 0,
+             data_eval: str | None = None) -> dict[str, Any]:
+    """Pretrain from scratch; on Ray Train (local Ray unless RAY_ADDRESS) when num_workers > 1. lr None: the
+    library's default rule (bert_core.train.recipe), as the CLI. `data_eval`: held-out shards, on which the
+    final metrics (and the promotion gate) are computed."""
     from bert_core.train.pretrain_config import PretrainConfig
 
     config = PretrainConfig(data=shards_dir, output=output, model=model, vocab=vocab, num_workers=num_workers,
-                            num_steps=num_steps, batch_size=batch_size, lr=lr, warmup_ratio=0.1, seed=seed,
+                            num_steps=num_steps, batch_size=batch_size, lr=lr, seed=seed, data_eval=data_eval,
                             ckpt_interval=0, log_interval=10, progress=False)
     ensure_experiment("bert-pretrain")
     if config.runs_on_ray():
@@ -128,7 +136,9 @@ def pretrain(shards_dir: str, output: str, model: str, num_workers: int = 2, num
             tracker.end("FAILED")
             raise
         tracker.end()
-    return {"output": output, "metrics": result["metrics"], "mlflow_run_id": result.get("mlflow_run_id")}
+    return {"output": output, "metrics": result["metrics"], "mlflow_run_id": result.get("mlflow_run_id"),
+            "metrics_on": "held-out" if data_eval else "training data",
+            "learning_check": result.get("learning_check", {}).get("status")}
 
 
 @on_ray_cluster_when_asked
@@ -214,14 +224,22 @@ def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool
 
     name = registry.model_name(trained.get("task"))
     tags = {"output": trained["output"]}
+    for key in ("metrics_on", "learning_check"):
+        if trained.get(key):
+            tags[key] = str(trained[key])
     registered = registry.register(trained["mlflow_run_id"], name, trained["metrics"], tags=tags)
     if not promote:
         return {"name": name, "candidate": registered["version"], "promoted": None,
                 "candidate_metrics": registered["metrics"]}
     from bert_core import storage
 
-    return registry.promote(name, registered["version"], floors=floors,
-                            report_path=storage.join(report_dir, f"{name}-v{registered['version']}.json"))
+    report = registry.promote(name, registered["version"], floors=floors,
+                              require_heldout=name == registry.PRETRAINED,
+                              report_path=storage.join(report_dir, f"{name}-v{registered['version']}.json"))
+    if not report["promoted"]:
+        log.warning("%s version %s was registered but not promoted: %s", name, registered["version"],
+                    "; ".join(report["reasons"]))
+    return report
 
 
 def summarize(results: list[dict[str, Any]], output: str) -> dict[str, Any]:

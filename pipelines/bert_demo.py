@@ -1,7 +1,8 @@
 """bert_demo: the whole path on the bundled tiny data, in a few minutes on a laptop CPU.
 
-raw text -> segment -> make-shards -> validate-shards -> pretrain a tiny BERT (Ray Train, 2 workers)
--> register + promote `bert-pretrained`; and the MiniLM checkpoint -> fine-tune on SST-2 / SQuAD -> evaluate
+raw text -> segment -> make-shards (a tenth of the documents held out) -> validate-shards -> pretrain a tiny
+BERT (Ray Train, 2 workers), scored on the held-out documents -> register + promote `bert-pretrained` (only
+when clearly above chance); and the MiniLM checkpoint -> fine-tune on SST-2 / SQuAD -> evaluate
 -> register `bert-<task>` -> promote (alias `champion` moves only when the gates pass) -> summary.
 Run it with `bert-pipeline demo`, or trigger it from the Airflow UI (every setting is a Param).
 """
@@ -30,6 +31,9 @@ PARAMS = {
                               "unless RAY_ADDRESS is set)."),
     "pretrain_steps": Param(30, type="integer", minimum=1, description="Pretraining optimizer steps."),
     "pretrain_batch_size": Param(16, type="integer", minimum=1, description="Sequences per worker per step."),
+    "holdout_fraction": Param(0.1, type="number", exclusiveMinimum=0, maximum=0.5,
+                              description="Share of the corpus documents held out to score the pretrained model "
+                              "(the promotion gate reads that score)."),
     "finetune_epochs": Param(2, type="integer", minimum=1, description="Fine-tuning epochs (SST-2)."),
     "squad_epochs": Param(2, type="integer", minimum=1, description="Fine-tuning epochs (SQuAD)."),
     "finetune_workers": Param(1, type="integer", minimum=0, description="Ray Train workers per fine-tuning; 0: "
@@ -52,17 +56,24 @@ def bert_demo():
     @bert_task
     def make_shards(segmented: str, work_dir: str, vocab: str, params=None) -> str:
         return ops.make_shards(segmented, f"{work_dir}/shards", vocab, max_seq_length=params["max_seq_length"],
-                               max_predictions_per_seq=10, dupe_factor=params["dupe_factor"])
+                               max_predictions_per_seq=10, dupe_factor=params["dupe_factor"],
+                               holdout_fraction=params["holdout_fraction"], split="train")
+
+    @bert_task
+    def make_heldout_shards(segmented: str, work_dir: str, vocab: str, params=None) -> str:
+        return ops.make_shards(segmented, f"{work_dir}/shards-heldout", vocab,
+                               max_seq_length=params["max_seq_length"], max_predictions_per_seq=10,
+                               holdout_fraction=params["holdout_fraction"], split="heldout")
 
     @bert_task
     def validate_shards(shards: str) -> dict:
         return ops.validate_shards(shards)
 
     @bert_task
-    def pretrain(validated: dict, work_dir: str, vocab: str, params=None) -> dict:
+    def pretrain(validated: dict, heldout: str, work_dir: str, vocab: str, params=None) -> dict:
         return ops.pretrain(validated["shards_dir"], f"{work_dir}/pretrained", params["pretrain_model"],
                             num_workers=params["pretrain_workers"], num_steps=params["pretrain_steps"],
-                            batch_size=params["pretrain_batch_size"], vocab=vocab)
+                            batch_size=params["pretrain_batch_size"], vocab=vocab, data_eval=heldout)
 
     @bert_task
     def finetune(task_name: str, data_dir: str, model: str, work_dir: str, epochs_param: str, params=None) -> dict:
@@ -83,9 +94,11 @@ def bert_demo():
         return ops.summarize(results, f"{work_dir}/demo_summary.json")
 
     p = plan()
-    shards = make_shards(segment(p["corpus"], p["work_dir"]), p["work_dir"], p["vocab"])
+    segmented = segment(p["corpus"], p["work_dir"])
+    shards = make_shards(segmented, p["work_dir"], p["vocab"])
+    heldout = make_heldout_shards(segmented, p["work_dir"], p["vocab"])
     pretrained = register_and_promote.override(task_id="register_and_promote_pretrained")(
-        pretrain(validate_shards(shards), p["work_dir"], p["vocab"]), p["work_dir"])
+        pretrain(validate_shards(shards), heldout, p["work_dir"], p["vocab"]), p["work_dir"])
     sst2 = finetune.override(task_id="finetune_sst2")("sst-2", p["sst2"], p["model"], p["work_dir"],
                                                       "finetune_epochs")
     squad = finetune.override(task_id="finetune_squad")("squad", p["squad"], p["model"], p["work_dir"],

@@ -21,11 +21,11 @@ def store(tmp_path, monkeypatch):
     model_dir.mkdir()
     (model_dir / "config.json").write_text("{}")
 
-    def add(metrics: dict[str, float], name: str = "bert-sst-2") -> str:
+    def add(metrics: dict[str, float], name: str = "bert-sst-2", tags: dict[str, str] | None = None) -> str:
         tracker = MlflowTracker("bert-finetune/sst-2")
         tracker.log_model_dir(model_dir)
         tracker.end()
-        return registry.register(tracker.run_id, name, metrics, tags={"origin": "test"})["version"]
+        return registry.register(tracker.run_id, name, metrics, tags={"origin": "test", **(tags or {})})["version"]
 
     return add
 
@@ -78,10 +78,49 @@ def test_below_floor_and_missing_metric(store):
 
 
 def test_lower_is_better_and_names(store):
-    first = store({"loss": 2.0, "mlm_accuracy": 0.3}, name="bert-pretrained")
+    first = store({"loss": 2.0, "mlm_accuracy": 0.3, "mlm_accuracy_over_chance": 0.24}, name="bert-pretrained")
     assert registry.promote("bert-pretrained", first, gates=["loss"])["promoted"]
-    higher_loss = store({"loss": 2.5, "mlm_accuracy": 0.3}, name="bert-pretrained")
+    higher_loss = store({"loss": 2.5, "mlm_accuracy": 0.3, "mlm_accuracy_over_chance": 0.24},
+                        name="bert-pretrained")
     assert not registry.promote("bert-pretrained", higher_loss, gates=["loss"])["promoted"]
     assert registry.model_name("SST-2") == "bert-sst-2" and registry.model_name(None) == "bert-pretrained"
     assert registry.default_gates("bert-cola") == ("mcc",)
     assert registry.decide({"f1": 1.0}, None, ("f1",), {"f1": 1.0}) == (True, [])
+
+
+def test_pretrained_gate_refuses_chance_level_and_training_data_scores(store, tmp_path):
+    """bert-pretrained: held-out masked-LM accuracy must be clearly above chance (the majority baseline of the
+    same data) and no worse than the champion's; a chance-level model is registered but never promoted."""
+    from operators.tasks import register_and_promote
+
+    heldout = {"metrics_on": "held-out"}
+    # The failure seen in the field: 0.08 masked-LM accuracy where always predicting "the" scores 0.063.
+    stuck = store({"mlm_accuracy": 0.08, "mlm_accuracy_chance": 0.063, "mlm_accuracy_over_chance": 0.017},
+                  name="bert-pretrained", tags=heldout)
+    report = registry.promote("bert-pretrained", stuck, require_heldout=True)
+    assert not report["promoted"]
+    assert report["reasons"] == ["mlm_accuracy_over_chance: 0.017 is below the floor 0.05"]
+    assert _aliases("bert-pretrained") == {}
+    client = registry._client(None)
+    assert client.get_model_version("bert-pretrained", stuck).tags["promotion.decision"] == "rejected"
+
+    # Scored on its own training data: not evidence, whatever the number.
+    memorised = store({"mlm_accuracy": 0.9, "mlm_accuracy_over_chance": 0.84}, name="bert-pretrained",
+                      tags={"metrics_on": "training data"})
+    report = registry.promote("bert-pretrained", memorised, require_heldout=True)
+    assert not report["promoted"] and "not on held-out data" in report["reasons"][-1]
+
+    good = store({"mlm_accuracy": 0.31, "mlm_accuracy_over_chance": 0.25}, name="bert-pretrained", tags=heldout)
+    assert registry.promote("bert-pretrained", good, require_heldout=True)["promoted"]
+    worse = store({"mlm_accuracy": 0.29, "mlm_accuracy_over_chance": 0.23}, name="bert-pretrained", tags=heldout)
+    report = registry.promote("bert-pretrained", worse, require_heldout=True)
+    assert not report["promoted"] and "worse than the champion's 0.31" in report["reasons"][0]
+    assert _aliases("bert-pretrained") == {"champion": good}
+
+    # The DAG's task: registers the chance-level run, does not promote it, and says why.
+    tracker_run = registry._client(None).get_model_version("bert-pretrained", stuck).run_id
+    result = register_and_promote({"output": "x", "mlflow_run_id": tracker_run, "metrics_on": "held-out",
+                                   "metrics": {"mlm_accuracy": 0.08, "mlm_accuracy_over_chance": 0.017}},
+                                  str(tmp_path / "reports"))
+    assert result["promoted"] is False and "below the floor" in result["reasons"][0]
+    assert _aliases("bert-pretrained") == {"champion": good}

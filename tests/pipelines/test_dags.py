@@ -40,11 +40,13 @@ def test_demo_dag_shape(dagbag):
     dag = dagbag.dags["bert_demo"]
     assert dag.schedule is None or str(dag.timetable.summary) in ("None", "Never")
     assert {t.task_id for t in dag.tasks} == {
-        "plan", "segment", "make_shards", "validate_shards", "pretrain", "register_and_promote_pretrained",
+        "plan", "segment", "make_shards", "make_heldout_shards", "validate_shards", "pretrain",
+        "register_and_promote_pretrained",
         "finetune_sst2", "finetune_squad", "evaluate_sst2", "evaluate_squad", "register_and_promote_sst2",
         "register_and_promote_squad", "summary",
     }
     chain = [("segment", "make_shards"), ("make_shards", "validate_shards"), ("validate_shards", "pretrain"),
+             ("segment", "make_heldout_shards"), ("make_heldout_shards", "pretrain"),
              ("pretrain", "register_and_promote_pretrained"), ("register_and_promote_pretrained", "summary")]
     for name in ("sst2", "squad"):
         chain += [(f"finetune_{name}", f"evaluate_{name}"),
@@ -52,7 +54,8 @@ def test_demo_dag_shape(dagbag):
     edges = _edges(dag)
     assert set(chain) <= edges
     # plan feeds the steps; nothing else links the two branches.
-    assert edges - set(chain) == {("plan", t) for t in ("segment", "make_shards", "pretrain", "finetune_sst2",
+    assert edges - set(chain) == {("plan", t) for t in ("segment", "make_shards", "make_heldout_shards", "pretrain",
+                                                         "finetune_sst2",
                                                          "finetune_squad", "evaluate_sst2", "evaluate_squad",
                                                          "register_and_promote_pretrained", "register_and_promote_sst2",
                                                          "register_and_promote_squad", "summary")}
@@ -71,10 +74,13 @@ def test_finetune_dag_maps_over_tasks(dagbag):
 def test_pretraining_dag_maps_make_shards_over_input_files(dagbag):
     dag = dagbag.dags["bert_pretraining"]
     chain = {("segment", "make_shards"), ("make_shards", "validate_shards"), ("validate_shards", "pretrain"),
-             ("pretrain", "register")}
+             ("segment", "make_heldout_shards"), ("make_heldout_shards", "pretrain"),
+             ("pretrain", "register_and_promote")}
     edges = _edges(dag)
     assert chain <= edges and {e for e in edges if e[0] != "plan"} == chain
     assert {t.task_id for t in dag.tasks if t.is_mapped} == {"make_shards", "validate_shards"}
+    # One source for the training defaults: the DAG leaves the learning rate to the library's rule.
+    assert dag.params["lr"] is None and dag.params["holdout_fraction"] == 0.05
 
 
 def test_nightly_dag_is_scheduled_daily_and_maps_over_models(dagbag):
