@@ -97,3 +97,39 @@ def test_finetune_accuracy(tmp_path):
     for peer in ("ours", "transformers"):
         assert 0 <= result[peer]["metrics"]["accuracy"] <= 1 and result[peer]["seconds"] > 0
     assert "| sst-2 |" in (tmp_path / "f.md").read_text()
+
+
+def test_pretrain_convergence(tmp_path):
+    from tests.corpus_text import documents, write_raw
+
+    corpus = write_raw(tmp_path / "corpus.txt", documents(60, seed=4, min_sentences=3))
+    result = run_bench("pretrain_convergence.py", "--corpus", str(corpus), "--vocab", str(VOCAB), "--work-dir",
+                       str(tmp_path / "work"), "--configs", "bert_2_64_2:4", "--seq-len", "32", "--max-predictions",
+                       "5", "--dupe-factor", "1", "--holdout-fraction", "0.3", "--eval-every", "2", "--eval-batches",
+                       "2", "--batch-size", "4", "--peer-lrs", "1e-3", "--our-lr-factors", "2",
+                       out=tmp_path / "conv.json")
+    entry = result["models"]["bert_2_64_2"]
+    ours, (peer,), (sweep,) = entry["ours"], entry["peer"], entry["ours_lr_sweep"]
+    assert ours["lr_given"] is None and ours["optimizer"] == "adamw"  # ours runs on its defaults
+    assert sweep["lr"] == pytest.approx(2 * ours["lr"])
+    for run in (ours, peer, sweep):
+        assert [p["step"] for p in run["curve"]] == [2, 4]
+        assert all(0 <= p["mlm_accuracy"] <= 1 and p["seconds"] >= 0 for p in run["curve"])
+        assert run["curve"][1]["seconds"] >= run["curve"][0]["seconds"]
+    cmp = entry["comparison"]
+    assert cmp["peer_final_mlm_accuracy"] == peer["final"]["mlm_accuracy"]
+    if cmp["ours_seconds_to_peer_final"]:
+        assert cmp["time_to_accuracy_ratio"] == pytest.approx(peer["train_seconds"] / cmp["ours_seconds_to_peer_final"])
+    assert (tmp_path / "conv.png").stat().st_size > 0
+
+
+def test_time_to_reach_interpolates():
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from pretrain_convergence import time_to_reach
+    finally:
+        sys.path.pop(0)
+    curve = [{"seconds": 10.0, "mlm_accuracy": 0.1}, {"seconds": 20.0, "mlm_accuracy": 0.3}]
+    assert time_to_reach(curve, 0.2) == pytest.approx(15.0)
+    assert time_to_reach(curve, 0.05) == pytest.approx(5.0)
+    assert time_to_reach(curve, 0.31) is None
