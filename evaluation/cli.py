@@ -61,12 +61,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=[squad.V1, squad.V2],
         help="score as this SQuAD version instead of the one the data file names",
     )
-    p.add_argument(
+    unknown = p.add_mutually_exclusive_group()
+    unknown.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a prediction file holding ids that are not in the data file, naming up to 5 of them "
+        "(default: ignore them as the official scripts do, and say on stderr how many were ignored)",
+    )
+    unknown.add_argument(
         "--allow-unknown-ids",
         action="store_true",
-        help="ignore prediction ids that are not in the data file, as the official scripts do "
-        "(default: such ids are an error that names up to 5 of them, since they usually mean the "
-        "wrong data file)",
+        help="ignore prediction ids that are not in the data file (the default now; kept for old scripts)",
     )
     _add_output(p)
 
@@ -134,7 +139,7 @@ def _run_squad(args: argparse.Namespace) -> str:
         na_prob_file=args.na_prob_file,
         na_prob_thresh=args.na_prob_thresh,
         version=args.version,
-        strict=not args.allow_unknown_ids,
+        strict=args.strict,
     )
     return squad.format_like_official(scored.result, scored.version)
 

@@ -11,7 +11,7 @@ the official scripts would crash with a KeyError or a traceback:
 - v2.0: the official script prints ``Missing prediction for ID`` and then fails with a KeyError; we
   print the same lines (to stderr, since stdout carries the JSON) and raise a clear error instead.
 - Prediction ids that are not in the dataset are ignored by both official scripts. We ignore them
-  too and log how many, or raise when ``strict`` is set (the CLI's default).
+  too and say on stderr how many, or raise when ``strict`` is set (the CLI's --strict).
 """
 
 from __future__ import annotations
@@ -184,14 +184,11 @@ def _check_unknown_ids(
     if strict:
         raise BertPipelineError(
             f"{source}: {len(unknown)} prediction id(s) are not in the dataset: {_shown(unknown)} "
-            "(wrong data file? the official scripts ignore them; pass --allow-unknown-ids to do the same)"
+            "(wrong data file? the official scripts ignore them; leave out --strict to do the same)"
         )
-    logger.warning(
-        "%s: %d prediction id(s) are not in the dataset and are ignored, as the official script does: %s",
-        source,
-        len(unknown),
-        _shown(unknown),
-    )
+    # stdout carries only the scores, as the official scripts' does: the count goes to stderr.
+    print(f"{source}: {len(unknown)} prediction id(s) are not in the dataset and are ignored, as the official "
+          f"script does: {_shown(unknown)}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ README there for the naming scheme.
 from __future__ import annotations
 
 import json
-import logging
 import re
 from pathlib import Path
 
@@ -249,7 +248,7 @@ def test_missing_files_are_named() -> None:
 
 @pytest.mark.parametrize("version", ["1.1", "2.0"])
 def test_unknown_prediction_ids(
-    tmp_path: Path, version: str, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, version: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     preds = json.loads((FIXTURES / f"pred-v{version}-exact.json").read_text(encoding="utf-8"))
     expected = squad.evaluate_squad_file(
@@ -262,12 +261,12 @@ def test_unknown_prediction_ids(
     message = str(info.value)
     assert "7 prediction id(s) are not in the dataset" in message
     assert "'zz0', 'zz1', 'zz2', 'zz3', 'zz4' and 2 more" in message and "zz5" not in message
-    assert "--allow-unknown-ids" in message
-    # Not strict: ignored as the official scripts ignore them, with a warning that counts them.
-    with caplog.at_level(logging.WARNING, logger="evaluation.squad"):
-        result = squad.evaluate_squad_file(FIXTURES / f"data-v{version}.json", path)
+    assert "--strict" in message
+    # Not strict: ignored as the official scripts ignore them, with a line on stderr that counts them.
+    capsys.readouterr()
+    result = squad.evaluate_squad_file(FIXTURES / f"data-v{version}.json", path)
     assert result == expected
-    assert "7 prediction id(s) are not in the dataset and are ignored" in caplog.text
+    assert "7 prediction id(s) are not in the dataset and are ignored" in capsys.readouterr().err
 
 
 def test_v2_missing_predictions_are_reported_then_refused(
