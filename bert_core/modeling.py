@@ -522,6 +522,19 @@ class BertForTokenClassification(BertPreTrainedModel):
         return LogitsOutput(logits, loss, out.all_encoder_layers)
 
 
+def qa_loss_logits(logits: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """Start/end logits for the QA loss, with padded positions out of the softmax.
+
+    A deliberate difference from HF and Google's run_squad, whose softmax runs over every position,
+    padding included: an answer can never start in the padding, and counting it makes the loss depend on
+    how far a batch was padded (and, in the packed path where padded hidden states are zero, on the bias).
+    The returned logits (and so predictions) are untouched."""
+    logits = logits.float()
+    if attention_mask is None:
+        return logits
+    return logits.masked_fill(attention_mask.to(torch.bool).logical_not(), torch.finfo(logits.dtype).min / 2)
+
+
 class BertForQuestionAnswering(BertPreTrainedModel):
     new_head_prefixes = ("qa_outputs.",)
 
@@ -542,8 +555,8 @@ class BertForQuestionAnswering(BertPreTrainedModel):
             ignored = start_logits.shape[1]
             start = start_positions.reshape(-1).long().clamp(0, ignored)
             end = end_positions.reshape(-1).long().clamp(0, ignored)
-            loss = (F.cross_entropy(start_logits.float(), start, ignore_index=ignored)
-                    + F.cross_entropy(end_logits.float(), end, ignore_index=ignored)) / 2
+            loss = (F.cross_entropy(qa_loss_logits(start_logits, attention_mask), start, ignore_index=ignored)
+                    + F.cross_entropy(qa_loss_logits(end_logits, attention_mask), end, ignore_index=ignored)) / 2
         return QuestionAnsweringOutput(start_logits, end_logits, loss, out.all_encoder_layers)
 
 

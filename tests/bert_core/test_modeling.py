@@ -153,10 +153,21 @@ def test_every_head_logits_and_loss_match_reference(cls_name, static_graph):
         assert ours_t.shape == ref_t.shape
         per_token = token_level and field != "seq_relationship_logits"
         assert_close_where(ours_t, ref_t, mask if per_token and not static_graph else None)
-    # QA's loss is a softmax over every position, padding included (as in HF and Google's run_squad):
-    # it equals HF's only when padded positions are computed too.
-    if cls_name != "BertForQuestionAnswering" or static_graph:
+    if cls_name != "BertForQuestionAnswering":
         assert abs(out.loss.item() - ref.loss.item()) <= TOL
+    else:
+        # QA's loss leaves padded positions out of the softmax (HF's runs over every position): it equals
+        # HF's loss computed on the logits with the padding masked out, in the packed and static paths alike.
+        start, end = kwargs["start_positions"], kwargs["end_positions"]
+        ignored = ref.start_logits.shape[1]
+        pad = ~mask.bool()
+        expected = (torch.nn.functional.cross_entropy(ref.start_logits.masked_fill(pad, -1e30),
+                                                      start.clamp(0, ignored), ignore_index=ignored)
+                    + torch.nn.functional.cross_entropy(ref.end_logits.masked_fill(pad, -1e30),
+                                                        end.clamp(0, ignored), ignore_index=ignored)) / 2
+        assert abs(out.loss.item() - expected.item()) <= TOL
+        if mask.all():
+            assert abs(out.loss.item() - ref.loss.item()) <= TOL
 
 
 def test_regression_head_uses_mse_like_reference():
