@@ -6,7 +6,8 @@ a `Tracker`; `NullTracker` does nothing (--no-tracking, and every worker but ran
 MLflow specifics:
 - Tracking URI: MLFLOW_TRACKING_URI (or --tracking-uri) when set, else the embedded store
   `sqlite:///<home>/mlflow.db` with artifacts under `<home>/mlartifacts`, where home is
-  $BERT_PIPELINE_HOME or ./.bert-pipeline.
+  $BERT_PIPELINE_HOME or ./.bert-pipeline. Any sqlite store keeps its artifacts beside its database
+  (`mlartifacts/`); $BERT_PIPELINE_ARTIFACT_ROOT overrides (`artifact_location`).
 - Tags: git_sha, pipeline_run_id (Airflow's AIRFLOW_CTX_DAG_RUN_ID when under Airflow), data_sha256.
 - The final model is logged as an MLflow *logged model* (a pyfunc whose artifact is the model
   directory, config.json + model.safetensors + vocab.txt), so the registry step can register
@@ -87,14 +88,38 @@ def ensure_experiment(name: str, tracking_uri: str | None = None) -> str:
     found = mlflow.get_experiment_by_name(name)
     if found is not None:
         return found.experiment_id
-    location = None
-    if uri == embedded_tracking_uri():
-        pipeline_home().mkdir(parents=True, exist_ok=True)
-        location = (pipeline_home() / "mlartifacts").as_uri()
+    location = artifact_location(name, uri)
     try:
         return mlflow.create_experiment(name, artifact_location=location)
     except mlflow.exceptions.MlflowException:  # created concurrently by another process
         return mlflow.get_experiment_by_name(name).experiment_id
+
+
+ARTIFACT_ROOT_ENV = "BERT_PIPELINE_ARTIFACT_ROOT"
+
+
+def artifact_location(experiment: str, tracking_uri: str) -> str | None:
+    """Where a new experiment's artifacts go, tied to its store:
+
+    - $BERT_PIPELINE_ARTIFACT_ROOT (a path or URI, e.g. s3://bucket/mlflow) when set: <root>/<experiment>;
+    - a sqlite store: `mlartifacts/` beside its database file (the embedded home's layout), never MLflow's
+      default `./mlruns` of the working directory, where two stores' experiment ids collide and a Ray worker's
+      or an Airflow task's artifacts would land wherever it happened to run;
+    - anything else (a tracking server, another database): None, the server's or store's own default.
+    """
+    root = os.environ.get(ARTIFACT_ROOT_ENV, "").strip()
+    if root:
+        if "://" not in root:
+            root = Path(root).absolute().as_uri()
+        return f"{root.rstrip('/')}/{experiment}"
+    if tracking_uri.startswith("sqlite:///"):
+        database = Path(tracking_uri[len("sqlite:///"):].split("?", 1)[0])
+        if not database.is_absolute():
+            database = database.absolute()
+        directory = database.parent / "mlartifacts"
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory.as_uri()
+    return None
 
 
 class Tracker:

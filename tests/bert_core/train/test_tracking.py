@@ -88,3 +88,33 @@ def test_every_experiment_of_a_process_keeps_artifacts_in_the_embedded_home(tmp_
     assert not (tmp_path / "mlruns").exists()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'other.db'}")  # a configured store: its rules
     assert tracking.ensure_experiment("x") and mlflow.get_experiment_by_name("x").artifact_location.endswith("mlruns/1")
+
+
+def test_artifacts_stay_with_their_store(tmp_path, monkeypatch):
+    """Two sqlite stores used from one working directory keep their artifacts beside their own databases;
+    nothing is written to the working directory; an explicit artifact root wins."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv(tracking.ARTIFACT_ROOT_ENV, raising=False)
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    for store in ("a", "b"):
+        uri = f"sqlite:///{tmp_path / store / 'runs.db'}"
+        (tmp_path / store).mkdir()
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        tracker = tracking.MlflowTracker("bert-finetune/sst-2", tracking_uri=uri)
+        tracker.log_artifact(model_dir / "config.json", "cfg")
+        tracker.end()
+        # Both stores number their experiment 1; their artifacts are apart all the same.
+        assert tracker.experiment_id == "1"
+        assert [p.name for p in (tmp_path / store / "mlartifacts").glob(f"{tracker.run_id}/artifacts/cfg/*")] == [
+            "config.json"]
+    assert list(work.iterdir()) == []  # no ./mlruns, no ./mlartifacts
+    monkeypatch.setenv(tracking.ARTIFACT_ROOT_ENV, str(tmp_path / "root"))
+    assert tracking.artifact_location("bert-pretrain", "sqlite:///x.db") == (tmp_path / "root").as_uri() + "/bert-pretrain"
+    monkeypatch.setenv(tracking.ARTIFACT_ROOT_ENV, "s3://bucket/mlflow/")
+    assert tracking.artifact_location("e", "http://mlflow:5000") == "s3://bucket/mlflow/e"
+    monkeypatch.delenv(tracking.ARTIFACT_ROOT_ENV)
+    assert tracking.artifact_location("e", "http://mlflow:5000") is None  # the server's own default
