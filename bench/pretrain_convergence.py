@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import platform
 import time
 from pathlib import Path
@@ -209,16 +210,21 @@ def time_to_reach(curve: list[dict], target: float) -> float | None:
     return None
 
 
-def compare(ours: dict, peers: list[dict]) -> dict:
+def compare(ours: dict, peers: list[dict], longer: list[dict] | None = None) -> dict:
+    """Ours (equal steps) and the best peer; the time to the peer's final accuracy is the least over ours'
+    default-rule runs, the equal-steps one and any longer budget (each with its own schedule, as a user
+    who has time to spare would pick)."""
     best = max(peers, key=lambda r: r["final"]["mlm_accuracy"])
     target = best["final"]["mlm_accuracy"]
-    reach = time_to_reach(ours["curve"], target)
+    reaches = [(t, run["curve"][-1]["step"]) for run in [ours, *(longer or [])]
+               if (t := time_to_reach(run["curve"], target)) is not None]
+    reach, reach_steps = min(reaches) if reaches else (None, None)
     return {
         "peer_best_lr": best["lr"], "peer_final_mlm_accuracy": target,
         "peer_final_nsp_accuracy": best["final"]["nsp_accuracy"], "peer_train_seconds": best["train_seconds"],
         "ours_final_mlm_accuracy": ours["final"]["mlm_accuracy"],
         "ours_final_nsp_accuracy": ours["final"]["nsp_accuracy"], "ours_train_seconds": ours["train_seconds"],
-        "ours_seconds_to_peer_final": reach,
+        "ours_seconds_to_peer_final": reach, "ours_run_reaching_it_steps": reach_steps,
         "time_to_accuracy_ratio": best["train_seconds"] / reach if reach else None,
         "step_time_ratio": (best["train_seconds"] / best["curve"][-1]["step"])
         / (ours["train_seconds"] / ours["curve"][-1]["step"]),
@@ -235,12 +241,15 @@ def plot(results: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, len(sizes), figsize=(5.5 * len(sizes), 4.2), squeeze=False)
     for ax, size in zip(axes[0], sizes):
         entry = results["models"][size]
-        runs = [entry["ours"], *entry.get("ours_lr_sweep", []), *entry.get("peer", [])]
+        runs = [entry["ours"], *entry.get("ours_longer", []), *entry.get("ours_lr_sweep", []),
+                *entry.get("peer", [])]
         for run in runs:
             xs = [0.0] + [p["seconds"] / 60 for p in run["curve"]]
             ys = [0.0] + [p["mlm_accuracy"] for p in run["curve"]]
             default = run is entry["ours"]
+            longer = run in entry.get("ours_longer", [])
             label = (f"ours, defaults (lr {run['lr']:.2g})" if default else
+                     f"ours, defaults, {run['curve'][-1]['step']} steps" if longer else
                      f"{'ours' if run['system'] == 'ours' else 'transformers'}, lr {run['lr']:.2g}")
             ax.plot(xs, ys, marker="o", markersize=3, linewidth=2.2 if default else 1.2,
                     linestyle="-" if run["system"] == "ours" else "--", label=label)
@@ -281,6 +290,12 @@ def main(argv: list[str] | None = None) -> dict:
                              "default land?)")
     parser.add_argument("--sweep-configs", nargs="*", default=None,
                         help="architectures that get the --our-lr-factors sweep (default: all of --configs)")
+    parser.add_argument("--ours-step-factors", type=float, nargs="*", default=[],
+                        help="also train ours on its defaults for this many times --steps (its schedule over the "
+                             "longer run): the time to the peer's final accuracy may come from such a run")
+    parser.add_argument("--reuse", metavar="JSON",
+                        help="take the runs an earlier result file already holds (same model, system, lr, steps) "
+                             "from it instead of training them again")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out-json", default="bench-results/pretrain_convergence.json")
     parser.add_argument("--plot", default=None, help="PNG of accuracy against time (default: next to --out-json)")
@@ -290,7 +305,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    train, heldout = prepare_data(args.corpus, args.vocab, work, args.seq_len, args.max_predictions,
+    train_dir, heldout = prepare_data(args.corpus, args.vocab, work, args.seq_len, args.max_predictions,
                                   args.dupe_factor, args.holdout_fraction)
     steps_of = {c.split(":")[0]: int(c.split(":")[1]) if ":" in c else args.steps for c in args.configs}
     peer_configs = list(steps_of) if args.peer_configs is None else args.peer_configs
@@ -301,24 +316,42 @@ def main(argv: list[str] | None = None) -> dict:
                      "models": {}}
     out_json = Path(args.out_json)
     out_json.parent.mkdir(parents=True, exist_ok=True)
+    earlier = json.loads(Path(args.reuse).read_text())["models"] if args.reuse else {}
+
+    def reused(model: str, system: str, lr: float | None, steps: int) -> dict | None:
+        old = earlier.get(model, {})
+        for run in [old.get("ours"), *old.get("ours_longer", []), *old.get("ours_lr_sweep", []),
+                    *old.get("peer", [])]:
+            if run and run["system"] == system and run["curve"][-1]["step"] == steps and (
+                    (lr is None and run.get("lr_given") is None and system == "ours")
+                    or (lr is not None and math.isclose(run["lr"], lr, rel_tol=1e-6))):
+                return run
+        return None
+
+    def train(model: str, system: str, lr: float | None, steps: int, common: dict) -> dict:
+        run = reused(model, system, lr, steps)
+        if run is None:
+            args_ = {**common, "steps": steps, "lr": lr}
+            run = run_ours(work=work, **args_) if system == "ours" else run_peer(**args_)
+        _report(model, run)
+        return run
+
     for model, steps in steps_of.items():
         entry: dict = {"steps": steps}
-        common = dict(model=model, train=train, heldout=heldout, steps=steps, batch=args.batch_size,
+        common = dict(model=model, train=train_dir, heldout=heldout, batch=args.batch_size,
                       eval_every=args.eval_every, eval_batches=args.eval_batches, seed=args.seed)
-        entry["ours"] = run_ours(work=work, lr=None, **common)
-        _report(model, entry["ours"])
+        entry["ours"] = train(model, "ours", None, steps, common)
+        entry["ours_longer"] = [train(model, "ours", None, round(steps * f), common) for f in args.ours_step_factors]
         entry["ours_lr_sweep"] = []
         for factor in args.our_lr_factors if model in sweep_configs else []:
-            entry["ours_lr_sweep"].append(run_ours(work=work, lr=entry["ours"]["lr"] * factor, **common))
-            _report(model, entry["ours_lr_sweep"][-1])
+            entry["ours_lr_sweep"].append(train(model, "ours", entry["ours"]["lr"] * factor, steps, common))
             out_json.write_text(json.dumps({**results, "models": {**results["models"], model: entry}}, indent=2))
         if model in peer_configs:
             entry["peer"] = []
             for lr in args.peer_lrs:
-                entry["peer"].append(run_peer(lr=lr, **common))
-                _report(model, entry["peer"][-1])
+                entry["peer"].append(train(model, "transformers", lr, steps, common))
                 out_json.write_text(json.dumps({**results, "models": {**results["models"], model: entry}}, indent=2))
-            entry["comparison"] = compare(entry["ours"], entry["peer"])
+            entry["comparison"] = compare(entry["ours"], entry["peer"], entry["ours_longer"])
             print(f"{model}: {json.dumps(entry['comparison'])}")
         results["models"][model] = entry
         out_json.write_text(json.dumps(results, indent=2) + "\n")  # after every model: a long run keeps its figures

@@ -464,13 +464,16 @@ def _watch_check(watch: LearningWatch, step: int, tracker: Tracker, heldout: dic
     if heldout is not None:
         watch.observe_eval(step, heldout)
     for problem in watch.check(step):
-        log.warning("step %d of %d: this run may not be learning: %s", step, watch.total_steps, problem)
+        if dist.rank() == 0:  # every worker checks (the same all-reduced figures); one says so
+            log.warning("step %d of %d: this run may not be learning: %s", step, watch.total_steps, problem)
     tracker.set_tags({"learning_check": watch.verdict.status})
 
 
 def _report_verdict(verdict, tracker: Tracker, heldout: bool) -> None:
     tracker.set_tags({"learning_check": verdict.status,
                       "learning_check.problems": " | ".join(verdict.problems)[:5000] or "none"})
+    if dist.rank() != 0:
+        return
     if verdict.status == "not_learning":
         log.warning("this run did not learn (%s data): %s", "held-out" if heldout else "training",
                     "; ".join(verdict.problems))

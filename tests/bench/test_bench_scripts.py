@@ -107,9 +107,10 @@ def test_pretrain_convergence(tmp_path):
                        str(tmp_path / "work"), "--configs", "bert_2_64_2:4", "--seq-len", "32", "--max-predictions",
                        "5", "--dupe-factor", "1", "--holdout-fraction", "0.3", "--eval-every", "2", "--eval-batches",
                        "2", "--batch-size", "4", "--peer-lrs", "1e-3", "--our-lr-factors", "2",
-                       out=tmp_path / "conv.json")
+                       "--ours-step-factors", "2", out=tmp_path / "conv.json")
     entry = result["models"]["bert_2_64_2"]
-    ours, (peer,), (sweep,) = entry["ours"], entry["peer"], entry["ours_lr_sweep"]
+    ours, (peer,), (sweep,), (longer,) = entry["ours"], entry["peer"], entry["ours_lr_sweep"], entry["ours_longer"]
+    assert [p["step"] for p in longer["curve"]] == [2, 4, 6, 8] and longer["lr_given"] is None
     assert ours["lr_given"] is None and ours["optimizer"] == "adamw"  # ours runs on its defaults
     assert sweep["lr"] == pytest.approx(2 * ours["lr"])
     for run in (ours, peer, sweep):
@@ -120,7 +121,16 @@ def test_pretrain_convergence(tmp_path):
     assert cmp["peer_final_mlm_accuracy"] == peer["final"]["mlm_accuracy"]
     if cmp["ours_seconds_to_peer_final"]:
         assert cmp["time_to_accuracy_ratio"] == pytest.approx(peer["train_seconds"] / cmp["ours_seconds_to_peer_final"])
+        assert cmp["ours_run_reaching_it_steps"] in (4, 8)
     assert (tmp_path / "conv.png").stat().st_size > 0
+    # --reuse takes finished runs from an earlier result instead of training them again.
+    again = run_bench("pretrain_convergence.py", "--corpus", str(corpus), "--vocab", str(VOCAB), "--work-dir",
+                      str(tmp_path / "work"), "--configs", "bert_2_64_2:4", "--seq-len", "32", "--max-predictions",
+                      "5", "--dupe-factor", "1", "--holdout-fraction", "0.3", "--eval-every", "2", "--eval-batches",
+                      "2", "--batch-size", "4", "--peer-lrs", "1e-3", "--reuse", str(tmp_path / "conv.json"),
+                      out=tmp_path / "again.json")
+    assert again["models"]["bert_2_64_2"]["peer"] == entry["peer"]
+    assert again["models"]["bert_2_64_2"]["ours"] == entry["ours"]
 
 
 def test_time_to_reach_interpolates():
