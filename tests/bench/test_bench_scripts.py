@@ -110,11 +110,13 @@ def test_pretrain_convergence(tmp_path):
                        "--ours-step-factors", "2", out=tmp_path / "conv.json")
     entry = result["models"]["bert_2_64_2"]
     ours, (peer,), (sweep,), (longer,) = entry["ours"], entry["peer"], entry["ours_lr_sweep"], entry["ours_longer"]
+    # Ours also evaluates at the learning watch's check points (25% and 50% of the steps).
     assert [p["step"] for p in longer["curve"]] == [2, 4, 6, 8] and longer["lr_given"] is None
     assert ours["lr_given"] is None and ours["optimizer"] == "adamw"  # ours runs on its defaults
     assert sweep["lr"] == pytest.approx(2 * ours["lr"])
+    assert [p["step"] for p in peer["curve"]] == [2, 4]
     for run in (ours, peer, sweep):
-        assert [p["step"] for p in run["curve"]] == [2, 4]
+        assert [p["step"] for p in run["curve"]] in ([2, 4], [1, 2, 4])
         assert all(0 <= p["mlm_accuracy"] <= 1 and p["seconds"] >= 0 for p in run["curve"])
         assert run["curve"][1]["seconds"] >= run["curve"][0]["seconds"]
     cmp = entry["comparison"]
