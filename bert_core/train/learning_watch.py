@@ -57,6 +57,7 @@ class LearningWatch:
         self._train_mlm: float | None = None
         self._eval: tuple[int, dict[str, float]] | None = None
         self._done: set[int] = set()
+        self._final_on = "held-out"  # what the evaluations fed to observe_eval were computed on
         self.verdict = Verdict()
         self._kinds: set[str] = set()
 
@@ -83,10 +84,12 @@ class LearningWatch:
         self.verdict.checked_at.append(step)
         return self._add({"loss_plateau": self._plateau(step), "mlm_at_chance": self._mlm_at_chance(step)})
 
-    def finish(self, step: int, final: dict[str, float]) -> Verdict:
-        """The end-of-run checks on the final evaluation; returns the verdict."""
+    def finish(self, step: int, final: dict[str, float], heldout: bool = True) -> Verdict:
+        """The end-of-run checks on the final evaluation (on held-out data, or on training data when the run
+        has none); returns the verdict."""
         too_short = not self.verdict.checked_at and step < min(self.points)
         self.observe_eval(step, final)
+        self._final_on = "held-out" if heldout else "training"
         self.verdict.checked_at.append(step)
         nsp = final.get("nsp_accuracy")
         nsp_problem = None
@@ -136,7 +139,7 @@ class LearningWatch:
 
     def _mlm_at_chance(self, step: int) -> str | None:
         if self._eval is not None and self._eval[0] == step:
-            accuracy, where = self._eval[1]["mlm_accuracy"], "held-out"
+            accuracy, where = self._eval[1]["mlm_accuracy"], self._final_on
         elif self._train_mlm is not None:
             accuracy, where = self._train_mlm, "training"
         else:

@@ -428,7 +428,7 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     final.update({"mlm_accuracy_chance": watch.baseline.mlm, "nsp_accuracy_chance": watch.baseline.nsp,
                   "mlm_accuracy_over_chance": final["mlm_accuracy"] - watch.baseline.mlm})
     tracker.log_metrics({f"eval_{k}": v for k, v in final.items()}, step)
-    verdict = watch.finish(step, final)
+    verdict = watch.finish(step, final, heldout=eval_shards is not None)
     _report_verdict(verdict, tracker, eval_shards is not None)
     result_manifest = None
     if rank == 0:

@@ -8,10 +8,10 @@ The rule (measured by bench/pretrain_convergence.py; figures in docs/benchmarks-
   stalls the model at chance level.
 - learning rate: `BASE_LR * (BASE_HIDDEN / hidden_size) * sqrt(global_batch / BASE_BATCH)`, clamped
   to [MIN_LR, MAX_LR]. Adam's stable step size shrinks with the width of the matrices it updates
-  (~1 / hidden), and grows about as the square root of the batch. The anchor is measured on CPU-sized
-  runs; at BERT-base width and batch 256 the rule gives 1e-4 x ANCHOR_RATIO, in line with published recipes
-  (Google's BERT-base 1e-4 at batch 256, RoBERTa-base 6e-4 at batch 8k -> ~1e-4 at 256 by the same
-  square-root rule).
+  (~1 / hidden), and grows about as the square root of the batch. Measured at H128 and H256 (the rule's
+  lr was the best of 0.5x / 1x / 2x at both). At BERT-base width and batch 256 it gives 6.7e-4: above
+  Google's 1e-4 (uncorrected Adam, 10,000 warmup steps), close to RoBERTa-base's 6e-4 (at batch 8k);
+  unmeasured there, so a starting point that the learning watch checks, not a tuned value.
 - warmup: 10% of the steps, at most 10,000 steps (Google's BERT: 10,000 of 1M steps; short runs
   need the larger fraction).
 

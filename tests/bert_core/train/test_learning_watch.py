@@ -68,3 +68,9 @@ def test_each_problem_reported_once_and_resume_skips_passed_points():
 def test_a_run_shorter_than_the_first_check_point():
     watch = LearningWatch(400, BASE)
     assert watch.finish(50, {"mlm_accuracy": 0.3, "nsp_accuracy": 0.9}).status == "too_short"
+
+
+def test_final_check_names_what_it_was_measured_on():
+    watch = LearningWatch(100, BASE)
+    verdict = watch.finish(100, {"mlm_accuracy": 0.05, "nsp_accuracy": 0.9}, heldout=False)
+    assert verdict.status == "not_learning" and "(training, step 100)" in verdict.problems[0]

@@ -44,13 +44,13 @@ def test_pretrain_run_in_sqlite_store(tmp_path, monkeypatch):
     assert client.get_experiment(run.info.experiment_id).name == "bert-pretrain"
     assert client.get_experiment(run.info.experiment_id).artifact_location == (home / "mlartifacts").as_uri()
     params = run.data.params
-    assert params["batch_size"] == "8" and params["optimizer"] == "bertadam" and params["total_steps"] == "4"
+    assert params["batch_size"] == "8" and params["optimizer"] == "adamw" and params["total_steps"] == "4"
     assert params["model_config.hidden_size"] == "32" and params["data"] == str(data)
     tags = run.data.tags
     assert tags["git_sha"] == "0123abcd" and tags["pipeline_run_id"] == "manual__2026-01-01"
     assert len(tags["data_sha256"]) == 64
     loss = client.get_metric_history(tracker.run_id, "loss")
-    assert [m.step for m in loss] == [2, 4]
+    assert [m.step for m in loss] == [1, 2, 4]  # 1: the learning watch's first check point (25% of 4 steps)
     for key in ("mlm_accuracy", "nsp_accuracy", "learning_rate", "loss_scale", "grad_norm", "tokens_per_s",
                 "eval_mlm_accuracy", "eval_nsp_accuracy"):
         assert client.get_metric_history(tracker.run_id, key), key
@@ -86,8 +86,11 @@ def test_every_experiment_of_a_process_keeps_artifacts_in_the_embedded_home(tmp_
         location = mlflow.get_experiment(tracker.experiment_id).artifact_location
         assert location == (tmp_path / "home" / "mlartifacts").as_uri(), experiment
     assert not (tmp_path / "mlruns").exists()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'other.db'}")  # a configured store: its rules
-    assert tracking.ensure_experiment("x") and mlflow.get_experiment_by_name("x").artifact_location.endswith("mlruns/1")
+    # Another sqlite store: its artifacts go beside its own database, not to ./mlruns.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'other' / 'other.db'}")
+    (tmp_path / "other").mkdir()
+    assert tracking.ensure_experiment("x")
+    assert mlflow.get_experiment_by_name("x").artifact_location == (tmp_path / "other" / "mlartifacts").as_uri()
 
 
 def test_artifacts_stay_with_their_store(tmp_path, monkeypatch):
