@@ -347,10 +347,11 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     stream = PretrainStream(shards, stream_cfg, rank, world, model_config.vocab_size)
     total_steps = _total_steps(config, stream)
     recipe = run_recipe(config, model_config, stream_cfg, world, shards, total_steps)
-    log.info("pretraining recipe: %s; global batch %d sequences, %d steps", recipe.describe(),
-             _global_sequences(config, stream_cfg, world, shards), total_steps)
-    for caution in recipes.cautions(recipe, total_steps) if rank == 0 else []:
-        log.warning("%s", caution)
+    if rank == 0:
+        log.info("pretraining recipe: %s; global batch %d sequences, %d steps", recipe.describe(),
+                 _global_sequences(config, stream_cfg, world, shards), total_steps)
+        for caution in recipes.cautions(recipe, total_steps):
+            log.warning("%s", caution)
     optimizer = build_optimizer(model, recipe.optimizer, recipe.lr, config.weight_decay, config.adam_eps)
     scheduler = build_scheduler(optimizer, total_steps, recipe.warmup_ratio)
     precision = Precision(config.dtype, device)
