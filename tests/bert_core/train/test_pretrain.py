@@ -220,6 +220,10 @@ def test_config_validation(cfg):
         pretrain(cfg(epochs=1))
     with pytest.raises(BertPipelineError, match="--optimizer must be one of"):
         pretrain(cfg(optimizer="sgd"))
+    with pytest.raises(BertPipelineError, match=r"--watch-fraction must be in \(0, 1\), got 1.5"):
+        pretrain(cfg(watch_fraction=1.5))
+    with pytest.raises(BertPipelineError, match="--lr must be positive"):
+        pretrain(cfg(lr=0.0))
 
 
 def test_cli_help_and_runs(cfg, data, tmp_path, monkeypatch, capsys):
