@@ -25,10 +25,11 @@ test: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 constraints: install
 	{ sed -n '1,2p' infra/constraints.txt; $(BIN)/python -m pip freeze --exclude-editable \
 	  | sed 's/^torch==.*/torch==2.13.0/'; } > infra/constraints.txt.new && mv infra/constraints.txt.new infra/constraints.txt
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .import_linter_cache

@@ -40,7 +40,7 @@ def default_model() -> str:
 
 
 def ours(model_dir: str, batch: int, max_len: int):
-    from bert_core.embedding import BertEmbedding
+    from bert_core.deploy.embedding import BertEmbedding
 
     emb = BertEmbedding(model_dir, max_seq_length=max_len, batch_size=batch)
     return lambda texts: [r.sentence_vector for r in emb(texts)]
@@ -81,7 +81,7 @@ def sentence_transformers_peer(model_dir: str, batch: int, max_len: int):
 
 def _onnx_runner(model_dir: str, lengths: list[int]):
     """Static-shape ONNX exports (dynamic batch) of the encoder, one per sequence length."""
-    from bert_core.export import ExportConfig, ExportedModel, export
+    from bert_core.deploy.export import ExportConfig, ExportedModel, export
 
     root = Path(tempfile.mkdtemp())
     runners = {}
@@ -97,8 +97,8 @@ def onnx_export(model_dir: str, batch: int, max_len: int, buckets: bool = False)
     each length-sorted batch run by the shortest of several exports (32, 64, ... max_len) it fits in.
     The exported graph is the regression head, so its output is one number per sentence, computed
     from the same encoder pass."""
-    from bert_core.tasks.features import pad
-    from bert_core.tokenization import BertTokenizer
+    from bert_core.finetune.tasks.features import pad
+    from bert_core.model.tokenization import BertTokenizer
 
     lengths = sorted({min(n, max_len) for n in (32, 64, 128, 256, 512)} | {max_len}) if buckets else [max_len]
     runners = _onnx_runner(model_dir, lengths)

@@ -52,7 +52,7 @@ def load_average() -> list[float]:
 
 def task_files(args) -> tuple[Path, Path]:
     """(train file, first dev file) of the task in --data-dir, as fine-tuning finds them."""
-    from bert_core.finetune import FinetuneConfig, prepare
+    from bert_core.finetune.step import FinetuneConfig, prepare
 
     adapter = prepare(FinetuneConfig(task=args.task, data_dir=args.data_dir, model=args.model, output="-",
                                      language=args.language, tracking=False)).adapter
@@ -64,8 +64,8 @@ def run_ours(args, out_dir: Path) -> dict:
 
     It sees a data dir holding only the dev file (training reads --train-file): the same work as the
     peer's, without predicting a test file every epoch."""
-    from bert_core.finetune import FinetuneConfig, finetune, prepare
-    from evaluation.scoring import score_predictions
+    from bert_core.finetune.step import FinetuneConfig, finetune, prepare
+    from bert_core.metrics.scoring import score_predictions
 
     train_file, dev_file = task_files(args)
     view = out_dir.with_name(out_dir.name + "-data")
@@ -78,7 +78,7 @@ def run_ours(args, out_dir: Path) -> dict:
                          language=args.language, max_train_examples=args.max_train_examples, tracking=False,
                          device=args.device, overwrite=True)
     load_before, t0 = load_average(), time.perf_counter()
-    result = finetune(cfg, score_predictions)
+    result = finetune(cfg)
     seconds = time.perf_counter() - t0
     dev, gold = prepare(cfg).adapter.eval_files()[0]
     scored = score_predictions(args.task, gold, out_dir / f"{dev.name}_predictions.tsv", language=args.language)
@@ -92,9 +92,9 @@ def run_transformers(args, out_dir: Path) -> dict:
     """The peer: transformers' model, optimizer setup and schedule, on the rows and order ours used."""
     import transformers
 
-    from bert_core.finetune import FinetuneConfig, prepare
-    from bert_core.tasks.features import write_glue_submission
-    from evaluation.scoring import score_predictions
+    from bert_core.finetune.step import FinetuneConfig, prepare
+    from bert_core.finetune.tasks.features import write_glue_submission
+    from bert_core.metrics.scoring import score_predictions
 
     cfg = FinetuneConfig(task=args.task, data_dir=args.data_dir, model=args.model, output=str(out_dir),
                          max_len=args.max_len, language=args.language, tracking=False)
@@ -158,9 +158,9 @@ def run_transformers(args, out_dir: Path) -> dict:
 
 def majority_baseline(args) -> dict[str, float]:
     """The dev metrics of always predicting the most frequent training label (first N rows when capped)."""
-    from bert_core.tasks import glue
-    from bert_core.tasks.features import write_glue_submission
-    from evaluation.scoring import score_predictions
+    from bert_core.finetune.tasks import glue
+    from bert_core.finetune.tasks.features import write_glue_submission
+    from bert_core.metrics.scoring import score_predictions
 
     train_file, dev_path = task_files(args)
     train = glue.read_examples(args.task, train_file, language=args.language)
@@ -199,7 +199,7 @@ def main() -> None:
     args.model = args.model or default_model()
     if args.threads:
         torch.set_num_threads(args.threads)
-    from bert_core.tasks import registry
+    from bert_core.finetune.tasks import registry
 
     task = registry.get(args.task)
     if task.kind != "classification":

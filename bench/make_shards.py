@@ -173,7 +173,7 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None, log: Path | 
 def run_ours(corpus: Path, vocab: Path, out: Path, workers: int, extra: list[str] | None = None,
              pss: bool = False) -> dict:
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "bert_core.cli", "make-shards", str(corpus), "--output", str(out),
+    cmd = [sys.executable, "-m", "bert_pipeline.cli", "make-shards", str(corpus), "--output", str(out),
            "--vocab", str(vocab), "--workers", str(workers), "--no-progress", "--overwrite",
            *[f"--{k.replace('_', '-')}={v}" for k, v in FLAGS.items()], *(extra or [])]
     result = run_measured(cmd, log=out.with_suffix(".log"), pss=pss)
@@ -234,7 +234,7 @@ def sorted_rows(arrays: dict[str, np.ndarray]) -> list[tuple]:
 
 def check_exact(script: Path, corpus: Path, vocab: Path, work: Path) -> dict:
     sys.path.insert(0, str(ROOT))
-    from bert_core.shards import list_shards, read_shard
+    from bert_core.data.shard_format import list_shards, read_shard
 
     ours = work / "exact-ours"
     run_ours(corpus, vocab, ours, 1, ["--chunk-documents=1000000000", "--chunk-chars=1000000000000",

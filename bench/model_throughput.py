@@ -45,9 +45,9 @@ def make_batches(n: int, batch: int, seq: int, vocab: int, seed: int, device: st
 def build_pair(name: str, device: str, dtype: str):
     import transformers
 
-    from bert_core.checkpoint import load_state_into
-    from bert_core.config import BertConfig
-    from bert_core.modeling import BertForSequenceClassification
+    from bert_core.model.config import BertConfig
+    from bert_core.model.modeling import BertForSequenceClassification
+    from bert_core.model.weights import load_state_into
 
     cfg = BertConfig(**CONFIGS[name], num_labels=2)
     hf_cfg = transformers.BertConfig(**{k: v for k, v in cfg.to_hf_dict().items() if k != "do_lower_case"})

@@ -5,7 +5,7 @@ scale. One run, one machine, both systems:
 
 1. Real text -> `segment` -> `make-shards` with a held-out split by document (the held-out documents
    never appear in training, and their random next sentences come from held-out documents only).
-2. Ours: `bert_core.train.pretrain.pretrain` from scratch with only --model, --num-steps and
+2. Ours: `bert_core.pretrain.step.pretrain` from scratch with only --model, --num-steps and
    --batch-size given (optimizer, lr and warmup by the default rule), evaluated on the held-out shards
    every --eval-every steps.
 3. The peer: transformers' BertForPreTraining trained the way a transformers user does: torch AdamW
@@ -44,9 +44,9 @@ DEFAULT_VOCAB = REPO.parent / "shared" / "data" / "bert" / "vocab" / "uncased_L-
 def prepare_data(corpus: str, vocab: str, work: Path, seq_len: int, max_predictions: int, dupe_factor: int,
                  holdout_fraction: float) -> tuple[str, str]:
     """segment -> make-shards with a held-out split; returns (training shards dir, held-out shards dir)."""
-    from bert_core.pretraining_data import ShardConfig
-    from bert_core.segment import segment
-    from bert_core.sharding import make_split_shards
+    from bert_core.data.instances import ShardConfig
+    from bert_core.data.make_shards import make_split_shards
+    from bert_core.data.segment import segment
 
     segmented = work / "segmented"
     segment([corpus], str(segmented))
@@ -71,7 +71,7 @@ class CurveTracker:
     """
 
     def __init__(self) -> None:
-        from bert_core.tracking import NullTracker
+        from bert_core.io.tracking import NullTracker
 
         self._base = NullTracker()
         self.run_id = None
@@ -105,8 +105,8 @@ class CurveTracker:
 
 def run_ours(model: str, train: str, heldout: str, work: Path, steps: int, batch: int, eval_every: int,
              eval_batches: int, lr: float | None, seed: int) -> dict:
-    from bert_core.train.pretrain import pretrain
-    from bert_core.train.pretrain_config import PretrainConfig
+    from bert_core.pretrain.config import PretrainConfig
+    from bert_core.pretrain.step import pretrain
 
     out = work / f"ours-{model}-{lr or 'default'}-{steps}x{batch}"
     config = PretrainConfig(data=train, data_eval=heldout, output=str(out), model=model, num_steps=steps,
@@ -132,9 +132,9 @@ def run_peer(model: str, train: str, heldout: str, steps: int, batch: int, eval_
              lr: float, seed: int) -> dict:
     import transformers
 
-    from bert_core import zoo
-    from bert_core.train.pretrain_data import PretrainStream, ShardSet, StreamConfig
-    from bert_core.train.pretrain_data import eval_batches as heldout_batches
+    from bert_core.model import zoo
+    from bert_core.pretrain.stream import PretrainStream, ShardSet, StreamConfig
+    from bert_core.pretrain.stream import eval_batches as heldout_batches
 
     ours = zoo.architecture_config(model)
     config = transformers.BertConfig(vocab_size=ours.vocab_size, hidden_size=ours.hidden_size,

@@ -2,13 +2,13 @@
 
 Same config, same initial weights, same batches, same optimizer (AdamW) and global-norm clipping,
 interleaved step by step so machine noise hits both alike. Ours is the step `pretrain` runs
-(bert_core.train.pretrain.train_step: the decoder only at the masked positions, the encoder only on
+(bert_core.pretrain.step.train_step: the decoder only at the masked positions, the encoder only on
 real tokens); transformers gets the same batch as `labels` (-100 except at the masked positions)
 and `next_sentence_label`. Batches follow create_pretraining_data's length mix: 90% of sequences
 fill --seq-len, 10% are shorter (short_seq_prob), with --max-predictions masked positions each.
 
 Reports real (non-padding) tokens per second and the ratio ours/theirs; on GPU also MFU: encoder
-matmul FLOPs (bert_core.modeling.encoder_flops_per_token, x3 for forward + backward) per second over
+matmul FLOPs (bert_core.model.modeling.encoder_flops_per_token, x3 for forward + backward) per second over
 the GPU's peak dense FLOPs for the dtype.
 
     python bench/pretrain_throughput.py --configs bert_4_256_4 minilm_L6_H384 --out-json bench-results/pt.json
@@ -44,7 +44,7 @@ PEAK_TFLOPS = {
 
 
 def make_batches(n: int, batch: int, seq: int, preds: int, vocab: int, seed: int) -> list[dict[str, torch.Tensor]]:
-    """Shard-format batches (as bert_core.train.pretrain_data.make_batch returns them), already trimmed."""
+    """Shard-format batches (as bert_core.pretrain.stream.make_batch returns them), already trimmed."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(n):
@@ -89,9 +89,9 @@ def hf_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def build_pair(name: str):
     import transformers
 
-    from bert_core.checkpoint import load_state_into
-    from bert_core.config import BertConfig
-    from bert_core.modeling import BertForPreTraining
+    from bert_core.model.config import BertConfig
+    from bert_core.model.modeling import BertForPreTraining
+    from bert_core.model.weights import load_state_into
 
     cfg = BertConfig(**CONFIGS[name], hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
     hf_cfg = transformers.BertConfig(**{k: v for k, v in cfg.to_hf_dict().items() if k != "do_lower_case"})
@@ -107,9 +107,9 @@ def _sync(device: str) -> None:
 
 
 def measure(name: str, args) -> dict:
-    from bert_core.modeling import encoder_flops_per_token
+    from bert_core.model.modeling import encoder_flops_per_token
+    from bert_core.pretrain.step import to_device, train_step
     from bert_core.train.precision import Precision
-    from bert_core.train.pretrain import to_device, train_step
 
     torch.manual_seed(0)
     ours, theirs, cfg = build_pair(name)
@@ -168,8 +168,8 @@ def measure(name: str, args) -> dict:
 @torch.no_grad()
 def check_same_loss(models: dict, batch: dict[str, torch.Tensor], device: torch.device) -> None:
     """Both compute the same objective on the same weights (dropout off): else the race is meaningless."""
+    from bert_core.pretrain.step import forward_sums, metrics_from
     from bert_core.train.precision import Precision
-    from bert_core.train.pretrain import forward_sums, metrics_from
 
     for m in models.values():
         m.eval()

@@ -8,7 +8,7 @@ Every night:
 3. run the throughput benchmark (bench/model_throughput.py: our model against transformers in the same run;
    the ratio is what is compared, absolute tokens/s depend on the machine's load);
 4. compare: champions and throughput against the last night that passed, candidates against their champion,
-   with tolerances (evaluation.regression); write a Markdown report with history plots (PNG), log it all to
+   with tolerances (operators.regression); write a Markdown report with history plots (PNG), log it all to
    the MLflow experiment `bert-nightly` (metrics, report, plots, results JSON, tag `nightly.status`) and fail
    the task when anything regressed.
 
@@ -50,8 +50,8 @@ def default_bench_dir() -> str:
 
 def dev_files_sha256(task: str, data_dir: str) -> dict[str, str]:
     """sha256 of each dev file of `task` in `data_dir`: the pin of the night's data."""
-    from bert_core import manifest, storage
-    from bert_core.tasks import registry as tasks
+    from bert_core.finetune.tasks import registry as tasks
+    from bert_core.io import manifest, storage
 
     info = tasks.get(task)
     local = storage.local_dir(data_dir)
@@ -68,7 +68,7 @@ def dev_files_sha256(task: str, data_dir: str) -> dict[str, str]:
 def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
     """The night's work: which model versions to evaluate on which pinned data."""
     from bert_core.errors import BertPipelineError
-    from bert_core.tasks import registry as tasks
+    from bert_core.finetune.tasks import registry as tasks
     from operators import registry
     from operators.tasks import ensure_experiment
 
@@ -107,9 +107,8 @@ def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
 
 def evaluate_version(spec: dict[str, Any], work: str) -> dict[str, Any]:
     """Dev metrics of one registered version on its pinned data; returns `spec` with `metrics`."""
-    from bert_core import manifest, storage
-    from bert_core.task_eval import evaluate_model, settings_from_manifest
-    from evaluation.scoring import score_predictions
+    from bert_core.finetune.evaluate import evaluate_model, settings_from_manifest
+    from bert_core.io import manifest, storage
     from operators import registry
 
     model_dir = registry.download_model_dir(spec["name"], spec["version"])
@@ -123,7 +122,7 @@ def evaluate_version(spec: dict[str, Any], work: str) -> dict[str, Any]:
             log.warning("%s v%s: no finetune manifest at %s; evaluating with default settings",
                         spec["name"], spec["version"], output)
     with tempfile.TemporaryDirectory(prefix="bert-nightly-eval-") as scratch:
-        metrics = evaluate_model(model_dir, spec["task"], spec["data_dir"], score_predictions, settings,
+        metrics = evaluate_model(model_dir, spec["task"], spec["data_dir"], settings,
                                  out_dir=scratch)
         target = storage.join(work, "evaluations", f"{spec['name']}-v{spec['version']}")
         with storage.atomic_output_dir(target, overwrite=True) as out:
@@ -136,8 +135,8 @@ def evaluate_version(spec: dict[str, Any], work: str) -> dict[str, Any]:
 def throughput(work: str, configs: list[str], steps: int, batch_size: int = 16, seq_len: int = 128,
                bench_dir: str | None = None, threads: int = 0) -> dict[str, float]:
     """Run bench/model_throughput.py; returns {"throughput/<config>/<mode>": ours/transformers tokens/s ratio}."""
-    from bert_core import storage
     from bert_core.errors import BertPipelineError
+    from bert_core.io import storage
 
     script = Path(bench_dir or default_bench_dir()) / "model_throughput.py"
     if not script.is_file():
@@ -178,10 +177,10 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
     """Compare tonight with the last good night and candidates with champions; log to MLflow; raise on regression."""
     import mlflow
 
-    from bert_core import storage
     from bert_core.errors import BertPipelineError
-    from bert_core.tracking import build_tracker, standard_tags
-    from evaluation.regression import Tolerances, compare, findings_json, plot_history, render_report
+    from bert_core.io import storage
+    from bert_core.io.tracking import build_tracker, standard_tags
+    from operators.regression import Tolerances, compare, findings_json, plot_history, render_report
     from operators.tasks import ensure_experiment
 
     tolerances = Tolerances(quality=quality_tolerance, throughput=throughput_tolerance)

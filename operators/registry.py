@@ -48,7 +48,7 @@ def model_name(task: str | None) -> str:
     """`bert-<task>` (lower-case, canonical task name) or `bert-pretrained` for None / "pretrained"."""
     if task is None or task.lower() in ("pretrained", "pretrain", PRETRAINED):
         return PRETRAINED
-    from bert_core.tasks import registry as tasks
+    from bert_core.finetune.tasks import registry as tasks
 
     return f"bert-{tasks.get(task).name}"
 
@@ -56,7 +56,7 @@ def model_name(task: str | None) -> str:
 def default_gates(name: str) -> tuple[str, ...]:
     if name in DEFAULT_GATES:
         return DEFAULT_GATES[name]
-    from bert_core.tasks import registry as tasks
+    from bert_core.finetune.tasks import registry as tasks
 
     return (tasks.get(name.removeprefix("bert-")).main_metric,)
 
@@ -65,7 +65,7 @@ def _client(tracking_uri: str | None):
     import mlflow
     from mlflow import MlflowClient
 
-    from bert_core.tracking import default_tracking_uri
+    from bert_core.io.tracking import default_tracking_uri
 
     uri = tracking_uri or default_tracking_uri()
     mlflow.set_tracking_uri(uri)
@@ -142,7 +142,7 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
     The decision is recorded as `promotion.*` tags on the candidate and returned as a report dict
     (written as JSON to report_path when given).
     """
-    from bert_core.manifest import now
+    from bert_core.io.manifest import now
 
     client = _client(tracking_uri)
     version = str(version)
@@ -182,8 +182,7 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
     log.info("%s version %s: %s (%s)", name, version, "promoted to champion" if promoted else "not promoted",
              "; ".join(reasons))
     if report_path is not None:
-        from bert_core import storage
-
+        from bert_core.io import storage
         storage.write_text(str(report_path), json.dumps(report, indent=2) + "\n")
         report["report_path"] = str(report_path)
     return report
@@ -200,7 +199,7 @@ def download_model_dir(name: str, version: str, tracking_uri: str | None = None)
     configs = sorted(local.rglob("config.json"), key=lambda p: len(p.parts))
     if not configs:
         raise BertPipelineError(f"{name} version {version}: the logged model holds no config.json (was it logged "
-                                "with bert_core.tracking's log_model_dir?)")
+                                "with bert_core.io.tracking's log_model_dir?)")
     return configs[0].parent
 
 

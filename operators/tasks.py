@@ -65,13 +65,13 @@ def demo_data(name: str) -> str:
 def ensure_experiment(name: str) -> None:
     """Create the MLflow experiment if needed (artifacts under $BERT_PIPELINE_HOME/mlartifacts in the embedded
     store), before a step or a Ray job logs into it."""
-    from bert_core.tracking import ensure_experiment as ensure
+    from bert_core.io.tracking import ensure_experiment as ensure
 
     ensure(name)
 
 
 def segment(inputs: list[str], output: str) -> str:
-    from bert_core.segment import segment as run
+    from bert_core.data.segment import segment as run
 
     run(list(inputs), output)
     return output
@@ -83,9 +83,9 @@ def make_shards(segmented: str | list[str], output: str, vocab: str, max_seq_len
                 holdout_fraction: float = 0.0, split: str = "all") -> str:
     """Shards of `segmented`; with a holdout_fraction, only one side of the held-out split (`split`:
     "train", or "heldout" for the evaluation shards: one masking pass)."""
-    from bert_core.pretraining_data import ShardConfig
-    from bert_core.sharding import heldout_config
-    from bert_core.sharding import make_shards as run
+    from bert_core.data.instances import ShardConfig
+    from bert_core.data.make_shards import heldout_config
+    from bert_core.launch.ray_shards import make_shards as run
 
     inputs = [segmented] if isinstance(segmented, str) else list(segmented)
     config = ShardConfig(max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
@@ -97,8 +97,8 @@ def make_shards(segmented: str | list[str], output: str, vocab: str, max_seq_len
 
 def validate_shards(shards_dir: str) -> dict[str, Any]:
     """Fails the task (raises) when any expectation fails; returns the statistics otherwise."""
+    from bert_core.data.validate_shards import validate_shards as run
     from bert_core.errors import BertPipelineError
-    from bert_core.validate_shards import validate_shards as run
 
     result = run(shards_dir)
     if not result["success"]:
@@ -113,29 +113,18 @@ def pretrain(shards_dir: str, output: str, model: str, num_workers: int = 2, num
              batch_size: int = 16, lr: float | None = None, vocab: str | None = None, seed: int = 0,
              data_eval: str | None = None) -> dict[str, Any]:
     """Pretrain from scratch; on Ray Train (local Ray unless RAY_ADDRESS) when num_workers > 1. lr None: the
-    library's default rule (bert_core.train.recipe), as the CLI. `data_eval`: held-out shards, on which the
+    library's default rule (bert_core.pretrain.recipe), as the CLI. `data_eval`: held-out shards, on which the
     final metrics (and the promotion gate) are computed."""
-    from bert_core.train.pretrain_config import PretrainConfig
+    from bert_core.pretrain.config import PretrainConfig
 
     config = PretrainConfig(data=shards_dir, output=output, model=model, vocab=vocab, num_workers=num_workers,
                             num_steps=num_steps, batch_size=batch_size, lr=lr, seed=seed, data_eval=data_eval,
                             ckpt_interval=0, log_interval=10, progress=False)
     ensure_experiment("bert-pretrain")
-    if config.runs_on_ray():
-        from bert_core.train.ray_launcher import launch
+    from bert_core.launch.run import run_step
+    from bert_core.pretrain.step import PRETRAIN
 
-        result = launch(config)
-    else:
-        from bert_core.tracking import build_tracker
-        from bert_core.train.pretrain import pretrain as run
-
-        tracker = build_tracker(True)
-        try:
-            result = run(config, tracker)
-        except BaseException:
-            tracker.end("FAILED")
-            raise
-        tracker.end()
+    result = run_step(PRETRAIN, config)
     return {"output": output, "metrics": result["metrics"], "mlflow_run_id": result.get("mlflow_run_id"),
             "metrics_on": "held-out" if data_eval else "training data",
             "learning_check": result.get("learning_check", {}).get("status")}
@@ -147,13 +136,12 @@ def finetune(task: str, data_dir: str, model: str, output: str, epochs: int = 1,
              max_query_length: int = 16, num_workers: int = 1, use_gpu: bool = False) -> dict[str, Any]:
     """Fine-tune `model` on `task` (on Ray Train with num_workers > 1); the MLflow run (experiment
     bert-finetune/<task>) holds the logged model."""
-    from bert_core import manifest, storage
     from bert_core.errors import BertPipelineError
-    from bert_core.finetune import FinetuneConfig
-    from bert_core.finetune import finetune as run
-    from bert_core.tasks import registry as tasks
-    from bert_core.tracking import build_tracker
-    from evaluation.scoring import score_predictions
+    from bert_core.finetune.step import FINETUNE, FinetuneConfig
+    from bert_core.finetune.tasks import registry as tasks
+    from bert_core.io import manifest, storage
+    from bert_core.io.tracking import build_tracker
+    from bert_core.launch.run import run_step
 
     name = tasks.get(task).name
     config = FinetuneConfig(task=name, data_dir=data_dir, model=model, output=output, epochs=epochs,
@@ -167,7 +155,7 @@ def finetune(task: str, data_dir: str, model: str, output: str, epochs: int = 1,
     except (FileNotFoundError, BertPipelineError):  # none yet, or not valid: the step itself reports the latter
         before = None
     try:
-        result = run(config, score_predictions, tracker)
+        result = run_step(FINETUNE, config, tracker)
         if before is not None and (result["started_at"], result["finished_at"]) == (before["started_at"],
                                                                                    before["finished_at"]):
             # The output was already up to date (same config and inputs): this run logged nothing, so it
@@ -189,10 +177,9 @@ def evaluate(finetuned: dict[str, Any], output: str) -> dict[str, Any]:
     directory or s3:// prefix, written atomically); returns `finetuned` with these metrics."""
     import tempfile
 
-    from bert_core import manifest, storage
-    from bert_core.finetune import SCORED, score_output
-    from bert_core.tasks import registry as tasks
-    from evaluation.scoring import score_predictions
+    from bert_core.finetune.step import SCORED, score_output
+    from bert_core.finetune.tasks import registry as tasks
+    from bert_core.io import manifest, storage
 
     started = manifest.now()
     task = tasks.get(finetuned["task"])
@@ -205,7 +192,7 @@ def evaluate(finetuned: dict[str, Any], output: str) -> dict[str, Any]:
         if storage.is_s3(source):
             for name in files:
                 storage.download_file(storage.join(source, name), pred_dir / name)
-        metrics = score_output(pred_dir, gold_dir, task.name, score_predictions)
+        metrics = score_output(pred_dir, gold_dir, task.name)
         inputs = {storage.join(source, name): manifest.sha256_file(pred_dir / name) for name in files}
         inputs.update({str(gold_dir / e["gold_file"]): manifest.sha256_file(gold_dir / e["gold_file"]) for e in scored})
     with storage.atomic_output_dir(output, overwrite=True) as out:
@@ -231,8 +218,7 @@ def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool
     if not promote:
         return {"name": name, "candidate": registered["version"], "promoted": None,
                 "candidate_metrics": registered["metrics"]}
-    from bert_core import storage
-
+    from bert_core.io import storage
     report = registry.promote(name, registered["version"], floors=floors,
                               require_heldout=name == registry.PRETRAINED,
                               report_path=storage.join(report_dir, f"{name}-v{registered['version']}.json"))
@@ -244,8 +230,8 @@ def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool
 
 def summarize(results: list[dict[str, Any]], output: str) -> dict[str, Any]:
     """Collect the registry decisions into `output` (JSON) and return them."""
-    from bert_core import storage
-    from bert_core.tracking import default_tracking_uri
+    from bert_core.io import storage
+    from bert_core.io.tracking import default_tracking_uri
 
     summary = {"tracking_uri": default_tracking_uri(), "summary_file": output, "models": list(results)}
     storage.write_text(output, json.dumps(summary, indent=2) + "\n")
@@ -265,8 +251,8 @@ def work_dir(params: dict[str, Any], run_id: str | None, kind: str) -> str:
     path-safe)."""
     import re
 
-    from bert_core import storage
-    from bert_core.tracking import pipeline_home
+    from bert_core.io import storage
+    from bert_core.io.tracking import pipeline_home
 
     given = (params.get("work_dir") or "").strip()
     if storage.is_s3(given):
@@ -279,15 +265,14 @@ def work_dir(params: dict[str, Any], run_id: str | None, kind: str) -> str:
 
 def segmented_files(segmented: str) -> list[str]:
     """The per-input files a segment output directory holds (the fan-out of make-shards)."""
-    from bert_core import manifest, storage
-
+    from bert_core.io import manifest, storage
     return [storage.join(segmented, entry["path"]) for entry in manifest.read(segmented)["outputs"]]
 
 
 def plan_finetune(params: dict[str, Any], run_id: str | None) -> list[dict[str, str]]:
     """One fine-tuning spec per entry of params["tasks"] (task -> data dir; empty: the bundled demo set)."""
     from bert_core.errors import BertPipelineError
-    from bert_core.tasks import registry as tasks
+    from bert_core.finetune.tasks import registry as tasks
 
     work = work_dir(params, run_id, "finetune")
     model = params.get("model") or default_model_dir()

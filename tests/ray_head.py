@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_core.commands import stack
+from bert_pipeline.commands import stack
 
 
 @dataclass

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_core.commands.stack import RAY_WORKER_PORTS, free_port
+from bert_pipeline.commands.stack import RAY_WORKER_PORTS, free_port
 
 UP_TIMEOUT_S = 400  # `stack up` waits up to its own --timeout (300 s) per phase; this bounds the whole command
 
@@ -80,7 +80,7 @@ class LocalStack:
     def cli(self, *args: str, timeout: float = UP_TIMEOUT_S) -> subprocess.CompletedProcess:
         """Run `bert-pipeline stack ARGS --home HOME` in a child process (as a person would, so the services
         are not children of the test process)."""
-        return subprocess.run([sys.executable, "-m", "bert_core.cli", "stack", *args, "--home", str(self.home)],
+        return subprocess.run([sys.executable, "-m", "bert_pipeline.cli", "stack", *args, "--home", str(self.home)],
                               env=service_env(), capture_output=True, text=True, timeout=timeout)
 
     def log_tails(self, lines: int = 30) -> str:

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from bert_core import manifest
-from bert_core.cli import main
+from bert_core.io import manifest
+from bert_pipeline.cli import main
 from tests.airflow_home import embedded_env
 
 pytestmark = pytest.mark.slow
@@ -61,8 +61,7 @@ def test_demo_end_to_end_on_s3(demo_env, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "demo-key-id")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    from bert_core import storage
-
+    from bert_core.io import storage
     work = storage.local_dir(work_uri)
     assert not (tmp_path / "s3:").exists() and not list(tmp_path.glob("**/runs/1"))  # nothing local
 

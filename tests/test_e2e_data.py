@@ -6,16 +6,16 @@ import gzip
 import json
 from pathlib import Path
 
-from bert_core import manifest, shards
-from bert_core.cli import main
+from bert_core.data import shard_format as shards
+from bert_core.io import manifest
+from bert_pipeline.cli import main
 from tests.corpus_text import documents, write_raw
 
 VOCAB = str(Path(__file__).parent / "fixtures" / "vocab" / "uncased_L-12_H-768_A-12.vocab.txt")
 
 
 def test_text_to_validated_shards(tmp_path, monkeypatch):
-    from bert_core import segment
-
+    from bert_core.data import segment
     monkeypatch.setattr(segment, "_installed_punkt_dir", lambda: None)  # train Punkt on the input
     write_raw(tmp_path / "books.txt", documents(150, seed=31, min_sentences=3, max_sentences=20))
     records = [json.dumps({"text": " ".join(doc)}) for doc in documents(80, seed=32, min_sentences=2)]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bert_core.cli import main
-from bert_core.commands import stack as stack_cmd
+from bert_pipeline.cli import main
+from bert_pipeline.commands import stack as stack_cmd
 
 
 def _sleeper(*, new_session: bool = True) -> subprocess.Popen:
@@ -216,7 +216,7 @@ def test_a_reused_pid_is_not_killed(tmp_path, capsys):
 def test_stack_module_imports_no_service_library():
     # The command starts the services' CLIs; importing airflow, mlflow or ray would cost seconds and couple
     # bert_core to them (ARCHITECTURE §1).
-    code = ("import sys, bert_core.commands.stack, bert_core.cli; "
+    code = ("import sys, bert_pipeline.commands.stack, bert_pipeline.cli; "
             "print(sorted(m for m in ('airflow', 'mlflow', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})

@@ -153,7 +153,7 @@ def test_stack_status_and_up_again_are_no_ops(local_stack):
 def test_trigger_bert_demo_from_the_airflow_ui(local_stack, browser):
     from selenium.webdriver.common.by import By
 
-    from tests.bert_core.tiny_bert import write_tiny_bert
+    from tests.tiny_bert import write_tiny_bert
 
     api = AirflowApi(local_stack.airflow_url, *local_stack.airflow_credentials())
     _login(browser, local_stack)

@@ -1,6 +1,6 @@
-"""Training building blocks: optimizers and schedule, mixed precision, the optimizer step, checkpoint
-state, distributed helpers, the pretraining data stream and the pretraining loop.
+"""What pretraining and fine-tuning share: optimizers and schedule, mixed precision, the optimizer step,
+training-state checkpoints, distributed helpers, and the StepSpec a launcher runs a step by.
 
-None of these modules imports Ray or MLflow: the Ray Train launcher (`ray_launcher`) and the tracker
-(`bert_core.tracking`) are plugged in from outside, so fine-tuning reuses the same pieces.
+None of these modules imports Ray or MLflow: the launcher (bert_core.launch) and the tracker
+(bert_core.io.tracking) are plugged in from outside.
 """

@@ -8,7 +8,7 @@ Only plain containers and tensors go into `training_state.pt`, so it loads with
 `torch.load(weights_only=True)`: a checkpoint is data, never code.
 
 `LocalCheckpointStore` writes them under a directory or s3:// prefix: each checkpoint appears
-atomically (bert_core.storage.atomic_output_dir), then the `latest` file is updated to name it,
+atomically (bert_core.io.storage.atomic_output_dir), then the `latest` file is updated to name it,
 so a run killed mid-save resumes from the previous complete checkpoint. Under Ray Train the
 launcher's store reports them to Ray instead (RunConfig.storage_path).
 """
@@ -27,8 +27,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from bert_core import storage
 from bert_core.errors import BertPipelineError
+from bert_core.io import storage
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests import toy_tasks
-from tests.bert_core.tiny_bert import write_tiny_bert
+from tests.tiny_bert import write_tiny_bert
 
 pytestmark = pytest.mark.slow
 

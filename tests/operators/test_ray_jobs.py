@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from bert_core import manifest
 from bert_core.errors import BertPipelineError
+from bert_core.io import manifest
 from operators import ray_jobs, step_runner
 from operators import tasks as ops
 

@@ -12,7 +12,7 @@ from operators import registry
 @pytest.fixture()
 def store(tmp_path, monkeypatch):
     """An MLflow sqlite store in tmp; returns a function that logs a model and registers it with metrics."""
-    from bert_core.tracking import MlflowTracker
+    from bert_core.io.tracking import MlflowTracker
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bert_core import manifest
 from bert_core.errors import BertPipelineError
+from bert_core.io import manifest
 from operators import tasks as ops
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -69,7 +69,7 @@ def test_evaluate_rescores_every_file_finetuning_scored(tmp_path, monkeypatch):
     """The evaluate step re-scores exactly what fine-tuning scored: MNLI's two dev files, NER's CoNLL output."""
     import shutil
 
-    from tests.bert_core.tiny_bert import write_tiny_bert
+    from tests.tiny_bert import write_tiny_bert
     from tests.toy_tasks import write_ner
 
     monkeypatch.chdir(tmp_path)

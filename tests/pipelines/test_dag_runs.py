@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_core import manifest
+from bert_core.io import manifest
 from tests.airflow_home import migrated_home
 
 pytestmark = pytest.mark.slow
@@ -43,7 +43,7 @@ def test_pretraining_then_finetune_dags(airflow_env, tmp_path):
     assert len(pretrained["config"]["data"].split(",")) == 2
     from mlflow import MlflowClient
 
-    from bert_core.tracking import default_tracking_uri
+    from bert_core.io.tracking import default_tracking_uri
 
     client = MlflowClient(default_tracking_uri(), registry_uri=default_tracking_uri())
     versions = client.search_model_versions("name='bert-pretrained'")

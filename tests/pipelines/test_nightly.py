@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_core import manifest
+from bert_core.io import manifest
 from tests.airflow_home import migrated_home
 
 pytestmark = pytest.mark.slow
@@ -36,7 +36,7 @@ def _night(conf: dict):
 def _nightly_runs():
     from mlflow import MlflowClient
 
-    from bert_core.tracking import default_tracking_uri
+    from bert_core.io.tracking import default_tracking_uri
 
     client = MlflowClient(default_tracking_uri())
     experiment = client.get_experiment_by_name("bert-nightly")
@@ -47,7 +47,7 @@ def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, mi
     import torch
     from safetensors.torch import load_file, save_file
 
-    from bert_core.tracking import MlflowTracker
+    from bert_core.io.tracking import MlflowTracker
     from operators import registry
     from operators import tasks as ops
 

@@ -1,15 +1,3 @@
-"""Training tests run tiny models: one intra-op thread is as fast, and does not collapse when other
-processes share the cores (OpenMP threads spin-waiting on a busy 2-core machine run ~40x slower)."""
+"""Training tests here run on one torch thread (see tests/one_thread.py)."""
 
-from __future__ import annotations
-
-import pytest
-import torch
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from tests.one_thread import one_torch_thread  # noqa: F401

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from bert_core.config import BertConfig
 from bert_core.errors import BertPipelineError
-from bert_core.modeling import BertForPreTraining
+from bert_core.model.config import BertConfig
+from bert_core.model.modeling import BertForPreTraining
 from bert_core.train.optim import (
     BertAdam,
     Lamb,

@@ -1,0 +1,454 @@
+"""Export a task model to a static-shape graph that runs without this package: ONNX (ONNX Runtime)
+or a torch.export program (.pt2, torch alone), plus everything needed to feed it.
+
+The export directory holds the graph, `export.json` (task, sequence length, batch size, input and
+output names, labels, tokenizer casing), `config.json`, `vocab.txt` and `manifest.json`. Inputs are
+int64 `input_ids`, `token_type_ids`, `attention_mask` of shape [batch, seq_length]; outputs are
+`logits` (classification/regression) or `start_logits` + `end_logits` (question answering).
+The model is traced with `static_graph` set (dense attention with the mask, no data-dependent
+packing or checks), so exported outputs equal the PyTorch model's at every position.
+
+Parity is checked on random inputs (max |diff| of the outputs). With labelled task data
+(`eval_data`), the exported graph, and the INT8 one when quantising, also predict it and are scored
+with the task's official metric, so the cost of quantisation is stated as a metric difference.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bert_core.errors import BertPipelineError
+from bert_core.io import manifest, storage
+from bert_core.metrics.scoring import score_predictions
+from bert_core.model.modeling import (
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertPreTrainedModel,
+)
+
+log = logging.getLogger(__name__)
+
+TASKS = ("classification", "regression", "question_answering")
+INPUT_NAMES = ["input_ids", "token_type_ids", "attention_mask"]
+
+
+@dataclass
+class ExportConfig:
+    task: str
+    output: str
+    model: str | None = None  # model dir / URI / zoo name; None only with random_weights
+    model_config: str | None = None  # architecture for random weights (zoo name or config.json)
+    random_weights: bool = False
+    seq_length: int = 128
+    batch_size: int = 1
+    dynamic_batch: bool = False
+    format: str = "onnx"
+    quantize: str | None = None  # "int8": ONNX Runtime dynamic quantisation
+    num_labels: int | None = None
+    overwrite: bool = False
+    # Labelled data to score the fp32 and INT8 graphs on: a GLUE/XNLI-style TSV (eval_task names the
+    # task) for classification/regression, a SQuAD JSON file (v1.1 or v2.0) for question answering.
+    eval_data: str | None = None
+    eval_task: str | None = None
+
+
+@dataclass
+class SquadOptions:
+    """How SQuAD input is windowed and answers are picked (the flags of `finetune` and `predict`)."""
+
+    doc_stride: int = 128
+    max_query_length: int = 64
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    version_2: bool = False
+    null_score_diff_threshold: float = 0.0
+
+
+
+
+@dataclass
+class Evaluation:
+    """The exported graph(s) scored on labelled data."""
+
+    data: str
+    task: str
+    examples: int
+    main_metric: str
+    fp32: dict[str, float]
+    int8: dict[str, float] | None = None
+    int8_minus_fp32: dict[str, float] = field(default_factory=dict)
+
+
+class _Graph(torch.nn.Module):
+    """Positional inputs and plain tensor outputs, which is what exporters and runtimes want."""
+
+    def __init__(self, model: BertPreTrainedModel, task: str):
+        super().__init__()
+        self.model, self.task = model, task
+
+    def forward(self, input_ids, token_type_ids, attention_mask):
+        out = self.model(input_ids, token_type_ids, attention_mask)
+        if self.task == "question_answering":
+            return out.start_logits, out.end_logits
+        return out.logits
+
+
+def output_names(task: str) -> list[str]:
+    return ["start_logits", "end_logits"] if task == "question_answering" else ["logits"]
+
+
+def _load_model(cfg: ExportConfig) -> BertPreTrainedModel:
+    cls = BertForQuestionAnswering if cfg.task == "question_answering" else BertForSequenceClassification
+    overrides = {}
+    if cfg.task == "regression":
+        overrides["num_labels"] = 1
+    elif cfg.num_labels is not None and cfg.task == "classification":
+        overrides["num_labels"] = cfg.num_labels
+    if cfg.model is not None:
+        model = cls.from_pretrained(cfg.model, **overrides)
+        if model.load_report.newly_initialized:
+            log.warning("exporting with newly initialised (untrained) weights: %s", model.load_report.newly_initialized)
+        return model
+    if not cfg.random_weights:
+        raise BertPipelineError(
+            "no --model given: this would export a randomly initialised, untrained model, which is only "
+            "useful to test a deployment. Pass --model DIR to export trained weights, or --random-weights "
+            "(with --model-config NAME|CONFIG_JSON) to export random weights on purpose")
+    from bert_core.model.config import BertConfig
+    from bert_core.model.zoo import architecture_config
+
+    name = cfg.model_config or "bert_12_768_12"
+    config = BertConfig.from_json_file(name) if name.endswith(".json") else architecture_config(name)
+    model = cls(config.replace(**overrides))
+    model.vocab_file = None
+    return model
+
+
+def export(cfg: ExportConfig) -> dict:
+    """Export; return the manifest (with `evaluation`, scored by the official-equivalent scorers, when
+    `eval_data` is given)."""
+    if cfg.task not in TASKS:
+        raise BertPipelineError(f"unknown task {cfg.task!r}; export supports {', '.join(TASKS)}")
+    if cfg.format not in ("onnx", "pt2"):
+        raise BertPipelineError(f"--format must be onnx or pt2, not {cfg.format!r}")
+    if cfg.quantize not in (None, "int8"):
+        raise BertPipelineError(f"--quantize supports int8 only, not {cfg.quantize!r}")
+    if cfg.quantize and cfg.format != "onnx":
+        raise BertPipelineError("--quantize int8 needs --format onnx (ONNX Runtime dynamic quantisation)")
+    eval_task = _check_eval_data(cfg)
+    started = manifest.now()
+    model = _load_model(cfg).eval()
+    if not 2 <= cfg.seq_length <= model.config.max_position_embeddings:
+        raise BertPipelineError(f"--seq-length must be in [2, {model.config.max_position_embeddings}]")
+    if eval_task is not None:
+        _check_labels(eval_task, _labels(model))
+    model.bert.static_graph = True
+    graph = _Graph(model, cfg.task).eval()
+    batch = max(cfg.batch_size, 2) if cfg.dynamic_batch else cfg.batch_size
+    example = _example_inputs(batch, cfg.seq_length, model.config.vocab_size)
+    inputs = {} if cfg.eval_data is None else {cfg.eval_data: manifest.sha256_file(cfg.eval_data)}
+    with storage.atomic_output_dir(cfg.output, overwrite=cfg.overwrite) as tmp:
+        files = _write_graph(graph, example, cfg, tmp)
+        if cfg.quantize:
+            files.append(_quantize(tmp / "model.onnx", tmp / "model.int8.onnx"))
+        model.config.save(tmp / "config.json")
+        files.append("config.json")
+        vocab = getattr(model, "vocab_file", None)
+        if vocab:
+            shutil.copyfile(vocab, tmp / "vocab.txt")
+            files.append("vocab.txt")
+        meta = {
+            "task": cfg.task, "format": cfg.format, "seq_length": cfg.seq_length,
+            "batch_size": "dynamic" if cfg.dynamic_batch else cfg.batch_size,
+            "inputs": {name: {"dtype": "int64", "shape": ["batch", cfg.seq_length]} for name in INPUT_NAMES},
+            "outputs": output_names(cfg.task),
+            "labels": _labels(model), "do_lower_case": model.config.do_lower_case,
+            "graph": "model.onnx" if cfg.format == "onnx" else "model.pt2",
+            "quantized_graph": "model.int8.onnx" if cfg.quantize else None,
+            "random_weights": cfg.model is None,
+        }
+        metrics = _parity(graph, tmp, meta, model.config.vocab_size)
+        if eval_task is not None:
+            evaluation = evaluate_export(ExportedModel(tmp, meta), cfg.eval_data, eval_task)
+            meta["evaluation"] = asdict(evaluation)
+            metrics.update(_flat_metrics(evaluation))
+        (tmp / "export.json").write_text(json.dumps(meta, indent=2) + "\n")
+        files.append("export.json")
+        result = manifest.build("export", asdict(cfg), inputs, tmp, files, started, metrics=metrics,
+                                extra={"evaluation": meta["evaluation"]} if "evaluation" in meta else None)
+        manifest.write(result, tmp)
+    log.info("exported %s to %s (max |diff| vs PyTorch: %s)", cfg.task, cfg.output,
+             {k: v for k, v in metrics.items() if k.endswith("max_abs_diff")})
+    if "evaluation" in result:
+        log.info("%s", describe_evaluation(result["evaluation"]))
+    return result
+
+
+def _check_eval_data(cfg: ExportConfig) -> str | None:
+    """The task to score `eval_data` as (None without eval data); a clear error when it cannot be."""
+    if cfg.eval_data is None:
+        if cfg.eval_task is not None:
+            raise BertPipelineError("--eval-task needs --eval-data (the labelled file to score)")
+        return None
+    if not Path(cfg.eval_data).is_file():
+        raise BertPipelineError(f"--eval-data {cfg.eval_data}: no such file")
+    from bert_core.finetune.tasks import registry
+
+    if cfg.task == "question_answering":
+        if cfg.eval_task is not None and registry.get(cfg.eval_task).kind != "squad":
+            raise BertPipelineError(f"--eval-task {cfg.eval_task}: a question-answering export is scored on "
+                                    "SQuAD data (a SQuAD JSON file; leave --eval-task out)")
+        return "squad"
+    if cfg.eval_task is None:
+        raise BertPipelineError(f"--eval-data {cfg.eval_data}: name its task with --eval-task (e.g. SST-2, "
+                                "MRPC, STS-B, XNLI) to read the TSV and score it")
+    info = registry.get(cfg.eval_task)
+    if info.kind != cfg.task:
+        raise BertPipelineError(f"--eval-task {cfg.eval_task} is a {info.kind} task, but this is a {cfg.task} "
+                                "export")
+    return info.name
+
+
+def _check_labels(task: str, labels: list[str] | None) -> None:
+    """Predictions are the model's label strings: they must be the task's, or scoring is meaningless."""
+    from bert_core.finetune.tasks import glue
+
+    if task == "squad" or labels is None:
+        return
+    expected = glue.GLUE_TASKS[glue.task_key(task)].labels or ()
+    if sorted(labels) != sorted(expected):
+        raise BertPipelineError(f"the model's labels {labels} are not those of {task} ({list(expected)}): "
+                                "export a model fine-tuned on that task, or pass the matching --eval-task")
+
+
+def evaluate_export(model: ExportedModel, data: str | Path, task: str) -> Evaluation:
+    """Predict `data` with the fp32 graph and, if the export has one, the INT8 graph; score both."""
+    from bert_core.finetune.tasks import registry
+
+    squad = None
+    if task == "squad":
+        from bert_core.finetune.tasks.squad import V2, read_squad
+
+        version, _ = read_squad(data)
+        squad = SquadOptions(version_2=version == V2)
+    scores: dict[str, dict[str, float]] = {}
+    examples = 0
+    with tempfile.TemporaryDirectory(prefix="bert-export-eval-") as work:
+        for precision in ("fp32", "int8"):
+            quantized = precision == "int8"
+            if quantized and not model.meta.get("quantized_graph"):
+                continue
+            out = Path(work) / precision
+            examples, written = predict_file(model, data, out if squad else out.with_suffix(".tsv"),
+                                             task=None if squad else task, quantized=quantized, squad=squad)
+            if squad:
+                na_prob = out / "null_odds.json" if squad.version_2 else None
+                scores[precision] = score_predictions("squad", data, out / "predictions.json", na_prob_file=na_prob)
+            else:
+                scores[precision] = score_predictions(task, data, written[0])
+    fp32, int8 = scores["fp32"], scores.get("int8")
+    difference = {} if int8 is None else {k: int8[k] - fp32[k] for k in fp32 if k in int8}
+    return Evaluation(str(data), task, examples, registry.get(task).main_metric, fp32, int8, difference)
+
+
+def _flat_metrics(evaluation: Evaluation) -> dict[str, float]:
+    """The evaluation as manifest metrics: fp32_<metric>, int8_<metric>, int8_minus_fp32_<metric>."""
+    flat = {f"fp32_{k}": v for k, v in evaluation.fp32.items()}
+    flat.update({f"int8_{k}": v for k, v in (evaluation.int8 or {}).items()})
+    flat.update({f"int8_minus_fp32_{k}": v for k, v in evaluation.int8_minus_fp32.items()})
+    return flat
+
+
+def describe_evaluation(evaluation: dict) -> str:
+    """One line: the main metric of the fp32 and INT8 graphs and their difference."""
+    metric = evaluation["main_metric"]
+    text = (f"{evaluation['task']} on {evaluation['data']} ({evaluation['examples']} examples): "
+            f"fp32 {metric} {evaluation['fp32'][metric]:.4f}")
+    if evaluation.get("int8"):
+        text += (f", int8 {metric} {evaluation['int8'][metric]:.4f} "
+                 f"(int8 - fp32: {evaluation['int8_minus_fp32'][metric]:+.4f})")
+    return text
+
+
+def predict_file(model: ExportedModel, data: str | Path, output: str | Path, task: str | None = None,
+                 quantized: bool = False, squad: SquadOptions | None = None) -> tuple[int, list[str]]:
+    """Run the export on task input and write predictions in `finetune`'s formats.
+
+    GLUE-style TSV (`task` names it): the submission TSV at `output`. SQuAD JSON (QA exports):
+    predictions.json, nbest_predictions.json (and null_odds.json for 2.0) in the directory `output`.
+    Returns (number of examples, paths written).
+    """
+    from bert_core.finetune.tasks import features as feats
+    from bert_core.model.tokenization import BertTokenizer
+
+    meta = model.meta
+    vocab = model.directory / "vocab.txt"
+    if not vocab.is_file():
+        raise BertPipelineError(f"{model.directory}: the export has no vocab.txt (exported without a model?)")
+    tokenizer = BertTokenizer(vocab, do_lower_case=meta.get("do_lower_case") is not False)
+    seq = meta["seq_length"]
+    if meta["task"] == "question_answering":
+        from bert_core.finetune.tasks.squad import make_features, postprocess, read_squad
+
+        squad = squad or SquadOptions()
+        _, examples = read_squad(data)
+        features = make_features(examples, tokenizer, seq, squad.doc_stride, squad.max_query_length)
+        arrays = feats.pad_squad_features(features, seq)
+        start, end = model.run(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"],
+                               quantized=quantized)
+        result = postprocess(examples, features, start.tolist(), end.tolist(), squad.n_best_size,
+                             squad.max_answer_length, squad.version_2, squad.null_score_diff_threshold)
+        written = feats.write_squad_predictions(output, result, squad.version_2)
+        return len(examples), [str(Path(output) / name) for name in written]
+    if not task:
+        raise BertPipelineError("--task is needed to read a GLUE-style TSV (e.g. --task MRPC)")
+    from bert_core.finetune.tasks.glue import read_examples
+
+    examples = read_examples(task, data)
+    arrays = feats.encode_examples(tokenizer, examples, seq)
+    (logits,) = model.run(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"],
+                          quantized=quantized)
+    if meta["task"] == "regression":
+        predictions: list = [float(v) for v in logits[:, 0]]
+    else:
+        labels = meta["labels"]
+        predictions = [labels[i] for i in np.argmax(logits, axis=-1)]
+    feats.write_glue_submission(output, predictions)
+    return len(examples), [str(output)]
+
+
+def _labels(model: BertPreTrainedModel) -> list[str] | None:
+    if isinstance(model, BertForQuestionAnswering) or model.config.num_labels == 1:
+        return None
+    id2label = model.config.id2label or {}
+    return [id2label.get(i, str(i)) for i in range(model.config.num_labels)]
+
+
+def _example_inputs(batch: int, seq: int, vocab: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, vocab, (batch, seq), generator=g)
+    types = torch.zeros_like(ids)
+    types[:, seq // 2:] = 1
+    mask = torch.ones_like(ids)
+    mask[-1, seq // 2 + 1:] = 0  # the traced graph must see a real mask
+    return ids, types, mask
+
+
+def _write_graph(graph: torch.nn.Module, example, cfg: ExportConfig, out: Path) -> list[str]:
+    dynamic = None
+    if cfg.dynamic_batch:
+        batch_dim = torch.export.Dim("batch", min=1, max=4096)
+        dynamic = {name: {0: batch_dim} for name in INPUT_NAMES}
+    if cfg.format == "pt2":
+        program = torch.export.export(graph, example, dynamic_shapes=dynamic)
+        torch.export.save(program, str(out / "model.pt2"))
+        return ["model.pt2"]
+    torch.onnx.export(graph, example, str(out / "model.onnx"), input_names=INPUT_NAMES,
+                      output_names=output_names(cfg.task), dynamo=True, dynamic_shapes=dynamic,
+                      external_data=False, verbose=False)
+    return ["model.onnx"]
+
+
+def _quantize(src: Path, dst: Path) -> str:
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # The dynamo exporter stores intermediate shapes (value_info) that the quantizer's own shape
+    # inference then contradicts; without them it infers every shape afresh and consistently.
+    graph = onnx.load(str(src))
+    del graph.graph.value_info[:]
+    plain = dst.with_name(".unannotated.onnx")
+    onnx.save(graph, str(plain))
+    # The quantizer logs a line per tensor it leaves alone through the root logger, at INFO.
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.WARNING))
+    try:
+        quantize_dynamic(str(plain), str(dst), weight_type=QuantType.QInt8)
+    finally:
+        root.setLevel(level)
+        plain.unlink(missing_ok=True)
+    return dst.name
+
+
+def _parity(graph: torch.nn.Module, out: Path, meta: dict, vocab: int) -> dict[str, float]:
+    """Max |exported - PyTorch| on fresh inputs (other values than the trace saw)."""
+    batch = 3 if meta["batch_size"] == "dynamic" else meta["batch_size"]
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, vocab, (batch, meta["seq_length"]), generator=g)
+    types = torch.zeros_like(ids)
+    mask = torch.ones_like(ids)
+    mask[0, 3:] = 0
+    with torch.no_grad():
+        ref = graph(ids, types, mask)
+    ref = [ref] if isinstance(ref, torch.Tensor) else list(ref)
+    runner = ExportedModel(out, meta)
+    result = {}
+    for key, quantized in (("max_abs_diff", False), ("int8_max_abs_diff", True)):
+        if quantized and not meta["quantized_graph"]:
+            continue
+        got = runner.run(ids.numpy(), types.numpy(), mask.numpy(), quantized=quantized)
+        result[key] = float(max(np.abs(a - r.numpy()).max() for a, r in zip(got, ref)))
+    return result
+
+
+class ExportedModel:
+    """Runs an export directory's graph: ONNX Runtime for .onnx, torch for .pt2."""
+
+    def __init__(self, directory: str | Path, meta: dict | None = None):
+        self.directory = Path(directory)
+        if meta is None:
+            try:
+                meta = json.loads((self.directory / "export.json").read_text())
+            except FileNotFoundError:
+                raise BertPipelineError(f"{directory}: not an export directory (no export.json)") from None
+        self.meta = meta
+        self._sessions: dict[bool, object] = {}
+
+    def _session(self, quantized: bool):
+        if quantized not in self._sessions:
+            if self.meta["format"] == "pt2":
+                self._sessions[quantized] = torch.export.load(str(self.directory / self.meta["graph"])).module()
+            else:
+                import onnxruntime as ort
+
+                name = self.meta["quantized_graph"] if quantized else self.meta["graph"]
+                if name is None:
+                    raise BertPipelineError(f"{self.directory}: this export has no quantised graph")
+                options = ort.SessionOptions()
+                options.log_severity_level = 3
+                self._sessions[quantized] = ort.InferenceSession(str(self.directory / name), options,
+                                                                 providers=["CPUExecutionProvider"])
+        return self._sessions[quantized]
+
+    def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray, attention_mask: np.ndarray,
+            quantized: bool = False) -> list[np.ndarray]:
+        """Outputs for any number of rows: split/padded to the export's static batch size as needed."""
+        fixed = self.meta["batch_size"]
+        n = len(input_ids)
+        chunk = n if fixed == "dynamic" else fixed
+        outputs: list[list[np.ndarray]] = []
+        for start in range(0, n, max(chunk, 1)):
+            parts = [a[start:start + chunk].astype(np.int64) for a in (input_ids, token_type_ids, attention_mask)]
+            real = len(parts[0])
+            if fixed != "dynamic" and real < fixed:
+                parts = [np.concatenate([p, np.repeat(p[-1:], fixed - real, axis=0)]) for p in parts]
+            outputs.append([o[:real] for o in self._forward(parts, quantized)])
+        return [np.concatenate([o[i] for o in outputs]) for i in range(len(outputs[0]))]
+
+    def _forward(self, parts: list[np.ndarray], quantized: bool) -> list[np.ndarray]:
+        session = self._session(quantized)
+        if self.meta["format"] == "pt2":
+            with torch.no_grad():
+                out = session(*(torch.from_numpy(p) for p in parts))
+            out = [out] if isinstance(out, torch.Tensor) else list(out)
+            return [o.numpy() for o in out]
+        return session.run(None, dict(zip(INPUT_NAMES, parts)))

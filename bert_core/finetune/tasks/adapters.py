@@ -1,0 +1,275 @@
+"""Per-task-kind glue between files and the model: which head, which tensors, which prediction files.
+
+An adapter turns a data file into fixed-length arrays (inputs + training targets) and turns the
+model's outputs on an evaluation file back into the prediction files the official scorers read.
+"""
+
+from __future__ import annotations
+
+import abc
+import bisect
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bert_core.errors import BertPipelineError
+from bert_core.finetune.tasks import conll, features, glue, squad
+from bert_core.finetune.tasks.registry import Split, TaskInfo, find_file
+from bert_core.model.modeling import (
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
+
+log = logging.getLogger(__name__)
+
+@dataclass
+class EvalSet:
+    name: str  # "dev", "dev_mismatched", "test", ...
+    path: Path
+    arrays: dict[str, np.ndarray]
+    has_gold: bool
+    payload: Any = None  # what post-processing needs (examples, features, sentences)
+
+
+@dataclass
+class Predictions:
+    files: list[str]  # relative to the output directory
+    gold_file: Path | None
+    prediction_file: str | None  # the file the scorer reads
+    na_prob_file: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Adapter(abc.ABC):
+    model_class: type
+    output_names: tuple[str, ...] = ("logits",)
+
+    def __init__(self, task: TaskInfo, data_dir: Path, tokenizer, cfg):
+        self.task, self.data_dir, self.tokenizer, self.cfg = task, data_dir, tokenizer, cfg
+
+    def config_overrides(self) -> dict[str, Any]:
+        return {}
+
+    def train_file(self) -> Path:
+        """--train-file when given, else the task's train file in the data dir."""
+        if self.cfg.train_file:
+            path = Path(self.cfg.train_file)
+            if not path.is_file():
+                raise BertPipelineError(f"--train-file {self.cfg.train_file}: no such file")
+            return path
+        language = self.cfg.language or glue.DEFAULT_XNLI_LANGUAGE
+        return find_file(self.data_dir, self._train_candidates(language), "train", self.task,
+                         hint=self.task.missing_train_hint)
+
+    def _train_candidates(self, language: str) -> tuple[str, ...]:
+        return self.task.train_candidates(language)
+
+    def eval_files(self) -> list[tuple[Split, Path]]:
+        """The evaluation files present in the data dir (an error when a required one is missing)."""
+        found = []
+        for split in self.task.eval_splits():
+            path = find_file(self.data_dir, split.files, split.name, self.task, required=split.required)
+            if path is not None:
+                found.append((split, path))
+        return found
+
+    def eval_sets(self) -> list[EvalSet]:
+        return [self.eval_set(split.name, path, split.gold) for split, path in self.eval_files()]
+
+    def loss_weight(self, arrays: dict[str, np.ndarray], index: np.ndarray) -> int:
+        """How many terms the model's mean loss averages over in rows `index`: rows, for the heads whose
+        loss is a mean over examples. Micro-batches and workers are weighted by it, so that together
+        they compute the mean over the whole batch."""
+        return len(index)
+
+    @abc.abstractmethod
+    def train_arrays(self) -> dict[str, np.ndarray]:
+        """Model inputs and training targets of the train file."""
+
+    @abc.abstractmethod
+    def eval_set(self, name: str, path: Path, has_gold: bool) -> EvalSet:
+        """Model inputs of an evaluation file, with what post-processing needs."""
+
+    @abc.abstractmethod
+    def write(self, eval_set: EvalSet, outputs: dict[str, np.ndarray], out_dir: Path) -> Predictions:
+        """Prediction files for the model's outputs on `eval_set`."""
+
+
+class ClassificationAdapter(Adapter):
+    """GLUE and XNLI sentence(-pair) classification, and STS-B regression (num_labels=1)."""
+
+    model_class = BertForSequenceClassification
+
+    def __init__(self, task, data_dir, tokenizer, cfg):
+        super().__init__(task, data_dir, tokenizer, cfg)
+        self.spec = glue.get_task(task.name)
+        self.labels = list(self.spec.labels) if self.spec.labels else None
+
+    def config_overrides(self) -> dict[str, Any]:
+        if self.labels is None:
+            return {"num_labels": 1, "problem_type": "regression", "id2label": None}
+        return {"num_labels": len(self.labels), "id2label": dict(enumerate(self.labels)),
+                "problem_type": "single_label_classification"}
+
+    def _read(self, path: Path) -> list[glue.Example]:
+        return glue.read_examples(self.task.name, path, language=self.cfg.language, what=f"{self.task.name} file")
+
+    def train_arrays(self) -> dict[str, np.ndarray]:
+        path = self.train_file()
+        examples = self._read(path)
+        if any(e.label is None for e in examples):
+            raise BertPipelineError(f"{path}: the training file has no labels")
+        arrays = features.encode_examples(self.tokenizer, examples, self.cfg.max_len)
+        if self.labels is None:
+            arrays["labels"] = np.array([e.label for e in examples], dtype=np.float32)
+        else:
+            index = {label: i for i, label in enumerate(self.labels)}
+            arrays["labels"] = np.array([index[e.label] for e in examples], dtype=np.int64)
+        return arrays
+
+    def eval_set(self, name: str, path: Path, has_gold: bool) -> EvalSet:
+        examples = self._read(path)
+        if has_gold and any(e.label is None for e in examples):
+            raise BertPipelineError(f"{path}: the dev file has no labels")
+        return EvalSet(name, path, features.encode_examples(self.tokenizer, examples, self.cfg.max_len), has_gold)
+
+    def write(self, eval_set, outputs, out_dir) -> Predictions:
+        logits = outputs["logits"]
+        if self.labels is None:
+            predictions = [float(v) for v in logits[:, 0]]
+        else:
+            predictions = [self.labels[i] for i in logits.argmax(-1)]
+        name = f"{eval_set.name}_predictions.tsv"
+        features.write_glue_submission(out_dir / name, predictions)
+        return Predictions([name], eval_set.path if eval_set.has_gold else None, name)
+
+
+class SquadAdapter(Adapter):
+    """SQuAD 1.1/2.0: doc-stride windows, n-best post-processing, null odds for 2.0."""
+
+    model_class = BertForQuestionAnswering
+    output_names = ("start_logits", "end_logits")
+
+    def _version_files(self, files: tuple[str, ...]) -> tuple[str, ...]:
+        wanted = "v2.0" if self.cfg.version_2 else "v1.1"
+        return tuple(f for f in files if wanted in f or "v" not in f)
+
+    def _train_candidates(self, language: str) -> tuple[str, ...]:
+        return self._version_files(self.task.train_files)
+
+    def eval_files(self) -> list[tuple[Split, Path]]:
+        dev = Split("dev", self._version_files(self.task.dev_files), gold=True, required=True)
+        return [(dev, find_file(self.data_dir, dev.files, "dev", self.task))]
+
+    def _features(self, path: Path, training: bool):
+        version, examples = squad.read_squad(path)
+        if (version == "2.0") != bool(self.cfg.version_2) and not training:
+            log.warning("%s is SQuAD %s but --version-2 is %s", path, version, bool(self.cfg.version_2))
+        feats = squad.make_features(examples, self.tokenizer, self.cfg.max_seq_length, self.cfg.doc_stride,
+                                    self.cfg.max_query_length, training=training)
+        return examples, feats, features.pad_squad_features(feats, self.cfg.max_seq_length)
+
+    def train_arrays(self) -> dict[str, np.ndarray]:
+        _, feats, arrays = self._features(self.train_file(), training=True)
+        arrays["start_positions"] = np.array([f.start_position for f in feats], dtype=np.int64)
+        arrays["end_positions"] = np.array([f.end_position for f in feats], dtype=np.int64)
+        return arrays
+
+    def eval_set(self, name, path, has_gold) -> EvalSet:
+        examples, feats, arrays = self._features(path, training=False)
+        return EvalSet(name, path, arrays, has_gold, (examples, feats))
+
+    def write(self, eval_set, outputs, out_dir) -> Predictions:
+        examples, feats = eval_set.payload
+        result = squad.postprocess(examples, feats, outputs["start_logits"].tolist(), outputs["end_logits"].tolist(),
+                                   self.cfg.n_best_size, self.cfg.max_answer_length, self.cfg.version_2,
+                                   self.cfg.null_score_diff_threshold)
+        files = features.write_squad_predictions(out_dir, result, self.cfg.version_2)
+        return Predictions(files, eval_set.path, "predictions.json",
+                           "null_odds.json" if self.cfg.version_2 else None)
+
+
+class NerAdapter(Adapter):
+    """CoNLL NER: tags normalised to IOB2, one label per word on its first word piece."""
+
+    model_class = BertForTokenClassification
+
+    def __init__(self, task, data_dir, tokenizer, cfg):
+        super().__init__(task, data_dir, tokenizer, cfg)
+        train = conll.read_conll(self.train_file())
+        tags = {t for s in train for t in conll.to_iob2(s.tags)}
+        self.labels = ["O", *sorted(tags - {"O"})]
+        self._train = train
+
+    def config_overrides(self) -> dict[str, Any]:
+        return {"num_labels": len(self.labels), "id2label": dict(enumerate(self.labels))}
+
+    def loss_weight(self, arrays: dict[str, np.ndarray], index: np.ndarray) -> int:
+        # The token-classification loss is a mean over the labelled word pieces, not over sentences.
+        return int((arrays["labels"][index] != -100).sum())
+
+    def _encode(self, sentences: list[conll.Sentence], path: Path):
+        texts, starts = [], []
+        for s in sentences:
+            offsets, position = [], 0
+            for word in s.words:
+                offsets.append(position)
+                position += len(word) + 1
+            texts.append(" ".join(s.words))
+            starts.append(offsets)
+        encodings = self.tokenizer.encode_batch(texts, max_length=self.cfg.max_len, truncation="only_first")
+        arrays = features.pad([e.ids for e in encodings], [e.segment_ids for e in encodings], self.cfg.max_len)
+        first_piece = np.full((len(sentences), len(arrays["input_ids"][0])), -1, dtype=np.int64)
+        word_token: list[list[int | None]] = []
+        cut = 0
+        for row, (enc, word_starts, s) in enumerate(zip(encodings, starts, sentences)):
+            positions: list[int | None] = [None] * len(s.words)
+            for t, (offset, seq) in enumerate(zip(enc.offsets, enc.sequence_ids)):
+                if seq is None:
+                    continue
+                w = bisect.bisect_right(word_starts, offset[0]) - 1
+                if positions[w] is None:
+                    positions[w] = t
+                    first_piece[row, t] = w
+            cut += sum(p is None for p in positions)
+            word_token.append(positions)
+        if cut:
+            log.warning("%s: %d word(s) beyond --max-len %d tokens are predicted 'O'", path, cut, self.cfg.max_len)
+        return arrays, first_piece, word_token
+
+    def train_arrays(self) -> dict[str, np.ndarray]:
+        arrays, first_piece, _ = self._encode(self._train, self.train_file())
+        index = {t: i for i, t in enumerate(self.labels)}
+        labels = np.full(first_piece.shape, -100, dtype=np.int64)
+        for row, s in enumerate(self._train):
+            tags = conll.to_iob2(s.tags)
+            for t, w in enumerate(first_piece[row]):
+                if w >= 0:
+                    labels[row, t] = index[tags[w]]
+        arrays["labels"] = labels
+        return arrays
+
+    def eval_set(self, name, path, has_gold) -> EvalSet:
+        sentences = conll.read_conll(path)
+        unknown = {t for s in sentences for t in conll.to_iob2(s.tags)} - set(self.labels)
+        if has_gold and unknown:
+            raise BertPipelineError(f"{path}: tags not seen in the training file: {', '.join(sorted(unknown))}")
+        arrays, _, word_token = self._encode(sentences, path)
+        return EvalSet(name, path, arrays, has_gold, (sentences, word_token))
+
+    def write(self, eval_set, outputs, out_dir) -> Predictions:
+        sentences, word_token = eval_set.payload
+        best = outputs["logits"].argmax(-1)
+        predicted = [[self.labels[best[row, t]] if t is not None else "O" for t in positions]
+                     for row, positions in enumerate(word_token)]
+        name = f"{eval_set.name}_predictions.txt"
+        conll.write_predictions(out_dir / name, sentences, predicted)
+        return Predictions([name], eval_set.path if eval_set.has_gold else None, name)
+
+
+ADAPTERS = {"classification": ClassificationAdapter, "regression": ClassificationAdapter,
+            "squad": SquadAdapter, "ner": NerAdapter}

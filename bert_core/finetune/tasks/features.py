@@ -1,0 +1,63 @@
+"""Fixed-length model inputs from task examples, and the prediction files tasks write.
+
+Shared by fine-tuning, evaluation of exported models (`predict`) and anything else that feeds a
+task model, so every path encodes text and writes predictions the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from bert_core.finetune.tasks.glue import Example
+from bert_core.finetune.tasks.squad import SquadFeature, SquadPredictions
+
+
+def encode_examples(tokenizer, examples: Sequence[Example], max_length: int) -> dict[str, np.ndarray]:
+    """input_ids / token_type_ids / attention_mask [N, max_length] (int64, 0-padded), pairs cut longest-first."""
+    pairs = None if all(e.text_b is None for e in examples) else [e.text_b or "" for e in examples]
+    encodings = tokenizer.encode_batch([e.text_a for e in examples], pairs, max_length=max_length,
+                                       truncation="longest_first")
+    return pad([e.ids for e in encodings], [e.segment_ids for e in encodings], max_length)
+
+
+def pad(ids: Sequence[Sequence[int]], segments: Sequence[Sequence[int]], length: int) -> dict[str, np.ndarray]:
+    arrays = {name: np.zeros((len(ids), length), dtype=np.int64)
+              for name in ("input_ids", "token_type_ids", "attention_mask")}
+    for row, (i, s) in enumerate(zip(ids, segments)):
+        arrays["input_ids"][row, :len(i)] = i
+        arrays["token_type_ids"][row, :len(s)] = s
+        arrays["attention_mask"][row, :len(i)] = 1
+    return arrays
+
+
+def pad_squad_features(features: Sequence[SquadFeature], length: int) -> dict[str, np.ndarray]:
+    return pad([f.input_ids for f in features], [f.segment_ids for f in features], length)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_glue_submission(path: str | os.PathLike, predictions: Sequence[str | float]) -> None:
+    """GLUE submission TSV: header `index<TAB>prediction`, one row per example in input order."""
+    rows = ["index\tprediction"] + [f"{i}\t{p}" for i, p in enumerate(predictions)]
+    _atomic_write(Path(path), "\n".join(rows) + "\n")
+
+
+def write_squad_predictions(out_dir: str | os.PathLike, result: SquadPredictions, version_2: bool) -> list[str]:
+    """predictions.json, nbest_predictions.json and, for SQuAD 2.0, null_odds.json (Google's names)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"predictions.json": result.predictions, "nbest_predictions.json": result.nbest}
+    if version_2:
+        files["null_odds.json"] = result.null_odds
+    for name, data in files.items():
+        _atomic_write(out / name, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    return list(files)

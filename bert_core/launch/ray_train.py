@@ -1,0 +1,216 @@
+"""Run a training step (pretraining, fine-tuning: a `StepSpec`) on Ray Train V2: a TorchTrainer with one
+worker per GPU (or CPU process), DDP over NCCL (GPU) or gloo (CPU), checkpoints persisted to
+RunConfig(storage_path) so every node sees them, and FailureConfig(max_failures) restarting the worker
+group from the last checkpoint.
+
+This is the only module that starts Ray Train. The driver (bert_core.launch.run.run_step, from the CLI, an
+Airflow task or a `ray job submit` entrypoint) has checked the inputs (the step's Plan) and opened the MLflow
+run; every worker runs the step's `work` function unchanged: Ray Train has set up torch.distributed, and
+rank 0 logs into the driver's MLflow run and writes --output.
+
+Ray Train V2 notes (Ray >= 2.43, default since 2.5x):
+- `ray.train.report(metrics, checkpoint=...)` is a barrier: every worker calls it at the same steps;
+  only rank 0 passes a checkpoint. Metrics without a checkpoint are not kept by Ray, so the
+  training metrics go to MLflow and the final manifest comes back as the work function's return
+  value (`Result.return_value`, rank 0's).
+- A trainer created again with the same (storage_path, name) restores that run's checkpoints;
+  `ray.train.get_checkpoint()` then returns the latest one. That is how a resumable step's `--resume`
+  works here (pretraining). Steps that keep no checkpoints (fine-tuning) get a fresh name each run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+import ray.train
+import torch
+from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+
+from bert_core.errors import BertPipelineError
+from bert_core.io import storage
+from bert_core.io.tracking import NullTracker, Tracker, build_tracker, pipeline_home
+from bert_core.launch.ray_cluster import connect
+from bert_core.train.checkpointing import step_dir_name
+from bert_core.train.step_spec import Plan, StepHook, StepSpec, Worker
+
+log = logging.getLogger(__name__)
+
+# Environment the workers need from the driver. Ray starts workers from the raylet, not from this
+# process, so nothing is inherited. Credentials are deliberately not forwarded: runtime envs are
+# visible in the Ray dashboard; nodes get them from their own environment or instance role.
+FORWARDED_ENV = ("MLFLOW_TRACKING_URI", "BERT_PIPELINE_CACHE", "BERT_MODEL_STORE", "AWS_ENDPOINT_URL",
+                 "AWS_DEFAULT_REGION", "AWS_REGION", "AIRFLOW_CTX_DAG_RUN_ID", "GIT_SHA", "HF_HUB_OFFLINE",
+                 "NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE")
+
+
+def run_name(spec: StepSpec, config: Any) -> str:
+    """A resumable step's run name is stable per --output, so re-running the same command with --resume finds
+    the run's checkpoints; other steps get a fresh name each run."""
+    if spec.resumable:
+        return getattr(config, "run_name", None) or f"{spec.name}-" + hashlib.sha256(config.output.encode()).hexdigest()[:12]
+    task = getattr(config, "task", "")
+    return "-".join(p for p in (spec.name, task.lower(), time.strftime("%Y%m%d-%H%M%S"), uuid.uuid4().hex[:6]) if p)
+
+
+def storage_path(config: Any) -> str:
+    return config.storage or str(pipeline_home() / "ray_results")
+
+
+def _absolute(value: str | None, only_existing: bool = False) -> str | None:
+    """Local paths (comma-separated lists too) made absolute; URIs unchanged. With only_existing, a
+    value that is not an existing path is left alone (--model/--pretrained also take zoo names)."""
+    if value is None or value in ("latest", "auto"):
+        return value
+    parts = []
+    for part in (p.strip() for p in value.split(",")):
+        keep = "://" in part or (only_existing and not Path(part).exists())
+        parts.append(part if keep else str(Path(part).absolute()))
+    return ",".join(parts)
+
+
+def absolutize(spec: StepSpec, config: Any) -> Any:
+    """The config with its local paths made absolute: Ray workers do not run in the driver's directory."""
+    changes = {f: _absolute(getattr(config, f)) for f in spec.path_fields}
+    changes.update({f: _absolute(getattr(config, f), only_existing=True) for f in spec.name_fields})
+    return dataclasses.replace(config, **changes)
+
+
+class RayCheckpointStore:
+    """Checkpoints reported to Ray Train, which copies them to storage_path/<run name>/step-N.
+
+    The controller registers a reported checkpoint asynchronously; a worker that dies in between
+    would restart the run from the previous checkpoint (or from scratch). Every worker therefore
+    waits until the checkpoint is committed: once `save` returns, a failure resumes from it.
+    """
+
+    def save(self, step: int, write: Callable[[Path], None] | None, metrics: dict[str, float]) -> None:
+        if write is None:
+            ray.train.report(metrics, checkpoint=None)
+        else:
+            with tempfile.TemporaryDirectory(prefix="bert-ckpt-") as tmp:
+                write(Path(tmp))
+                ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp),
+                                 checkpoint_dir_name=step_dir_name(step))
+        ray.train.get_all_reported_checkpoints(consistency_mode=ray.train.CheckpointConsistencyMode.COMMITTED)
+
+
+def _worker_setup(payload: dict[str, Any], use_gpu: bool) -> tuple[torch.device, Tracker]:
+    """Logging, this worker's device and its tracker: rank 0 logs into the driver's MLflow run."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    device = torch.device("cpu")
+    if use_gpu:
+        device = ray.train.torch.get_device()
+        torch.cuda.set_device(device)
+    tracker: Tracker = NullTracker()
+    if ray.train.get_context().get_world_rank() == 0 and payload["mlflow_run_id"]:
+        tracker = build_tracker(True, payload["tracking_uri"], run_id=payload["mlflow_run_id"])
+    return device, tracker
+
+
+def _worker(payload: dict[str, Any]) -> dict[str, Any]:
+    """The function every worker runs: the step's `work`, with a checkpoint Ray restored (resumable steps)."""
+    spec: StepSpec = payload["spec"]
+    config = spec.config_type(**payload["config"])
+    device, tracker = _worker_setup(payload, config.use_gpu)
+    # Set after a worker failure, or when resuming the named run.
+    checkpoint = ray.train.get_checkpoint() if spec.resumable else None
+    with checkpoint.as_directory() if checkpoint else contextlib.nullcontext() as ckpt_dir:
+        resume_dir = Path(ckpt_dir) if ckpt_dir else None
+        if spec.resumable and (resume_dir is not None or config.resume in ("latest", "auto")):
+            config = dataclasses.replace(config, resume=None)  # Ray's checkpoint is the one to resume from
+        worker = Worker(device, RayCheckpointStore() if spec.resumable else None, resume_dir, payload["hooks"])
+        return spec.work(config, payload["plan"], tracker, worker)
+
+
+def _root_error(exc: BaseException) -> BaseException:
+    """The user-level exception inside Ray's wrappers (WorkerGroupError -> RayTaskError -> cause)."""
+    failures = getattr(exc, "worker_failures", None)
+    if failures:
+        exc = failures[min(failures)]
+    while getattr(exc, "cause", None) is not None and exc.cause is not exc:
+        exc = exc.cause
+    return exc
+
+
+@dataclass
+class _Job:
+    name: str  # the Ray run's name under storage
+    storage: str
+    num_workers: int
+    use_gpu: bool
+    max_failures: int = 0
+    keep_checkpoints: int | None = None
+
+
+def _tracking_payload(tracker: Tracker) -> dict[str, Any]:
+    return {"mlflow_run_id": tracker.run_id, "tracking_uri": getattr(tracker, "tracking_uri", None)}
+
+
+def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: _Job) -> Any:
+    """Start (or attach to) Ray, run `worker` on every worker of a TorchTrainer, return rank 0's result.
+    A BertPipelineError raised on a worker comes back as one (the user's mistake, said once)."""
+    connect(local_cpus=max(job.num_workers, os.cpu_count() or 1))  # locally, enough CPUs for one worker each
+    env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
+    env["BERT_PIPELINE_HOME"] = str(pipeline_home())
+    trainer = TorchTrainer(
+        worker,
+        train_loop_config=payload,
+        scaling_config=ScalingConfig(num_workers=max(1, job.num_workers), use_gpu=job.use_gpu),
+        run_config=RunConfig(
+            name=job.name,
+            storage_path=job.storage,
+            failure_config=FailureConfig(max_failures=job.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=job.keep_checkpoints),
+            worker_runtime_env={"env_vars": env},
+        ),
+    )
+    log.info("Ray Train: %d worker(s)%s, run %r under %s", job.num_workers, " on GPUs" if job.use_gpu else "",
+             job.name, job.storage)
+    try:
+        result = trainer.fit()
+    except ray.train.TrainingFailedError as exc:
+        root_error = _root_error(exc)
+        if isinstance(root_error, BertPipelineError):
+            raise BertPipelineError(str(root_error)) from exc
+        raise
+    if result.return_value is None:
+        raise BertPipelineError(f"Ray run {job.name!r} finished without a result from rank 0")
+    return result.return_value
+
+
+def check_run_state(spec: StepSpec, config: Any) -> None:
+    """A resumable step's Ray run under --storage continues only with --resume, and --resume needs one."""
+    if not spec.resumable:
+        return
+    name, root = run_name(spec, config), storage_path(config)
+    previous = storage.exists(storage.join(root, name))
+    if previous and not config.resume:
+        raise BertPipelineError(f"Ray run {name!r} already has state under {root}: pass --resume to continue it, "
+                                "or --run-name NAME (or another --output) to start a new run")
+    if config.resume == "latest" and not previous:
+        raise BertPipelineError(f"--resume: no Ray run {name!r} under {root} (give the --storage and "
+                                "--run-name/--output of the interrupted run)")
+
+
+def fit(spec: StepSpec, config: Any, plan: Plan, tracker: Tracker, name: str,
+        hooks: tuple[StepHook, ...] = ()) -> dict[str, Any]:
+    """Run the step on Ray Train (config absolutized, run state checked by the caller: run_step); rank 0 logs
+    into `tracker`'s run, which stays open. Returns the output manifest."""
+    payload = {"spec": spec, "config": dataclasses.asdict(config), "plan": plan, "hooks": tuple(hooks),
+               **_tracking_payload(tracker)}
+    job = _Job(name, storage_path(config), config.num_workers, config.use_gpu,
+               getattr(config, "max_failures", 0), getattr(config, "keep_checkpoints", 0) or None)
+    return _fit(_worker, payload, job)

@@ -1,0 +1,63 @@
+"""`run_step`: the one way to run a training step, in this process or on Ray Train.
+
+The CLI (`bert-pipeline pretrain|finetune`), the Airflow tasks (operators.tasks) and `ray job submit`
+entrypoints all call `run_step(PRETRAIN, config)` / `run_step(FINETUNE, config)`. The step decides nothing
+about Ray: its config says how many workers (`runs_on_ray()`: more than one, or one with RAY_ADDRESS naming
+a cluster), and this function either calls the step's `work` here or hands it to Ray Train
+(bert_core.launch.ray_train), after the same checks on the driver in both cases.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from bert_core.io.tracking import Tracker, build_tracker
+from bert_core.train.step_spec import StepHook, StepSpec, Worker
+
+log = logging.getLogger(__name__)
+
+
+def run_step(spec: StepSpec, config: Any, tracker: Tracker | None = None,
+             hooks: Sequence[StepHook] = ()) -> dict[str, Any]:
+    """Check, then run `spec` with `config`; returns the output manifest (the existing one, without running,
+    when the output already holds this exact result).
+
+    With no `tracker`, opens its own MLflow run in the step's experiment (unless config.tracking is off) and
+    ends it FINISHED or FAILED; a given tracker is logged into and left open for the caller. `hooks` are
+    called after every optimizer step on every worker (they travel to Ray workers pickled).
+    """
+    config.validate()
+    on_ray = config.runs_on_ray()
+    name = None
+    if on_ray:
+        # Imported only here: an in-process run does not pay for importing Ray.
+        from bert_core.launch import ray_train
+        from bert_core.launch.ray_cluster import cluster_address
+
+        cluster_address()  # a job server URL in RAY_ADDRESS is refused before any work or MLflow run
+        config = ray_train.absolutize(spec, config)
+    plan = spec.plan(config)
+    if plan.done is not None:
+        log.info("%s is up to date (same config and inputs): nothing to do", config.output)
+        return plan.done
+    if on_ray:
+        ray_train.check_run_state(spec, config)
+        name = ray_train.run_name(spec, config)
+    own_tracker = tracker is None
+    if tracker is None:
+        tracker = build_tracker(config.tracking, config.tracking_uri, experiment=spec.experiment(config),
+                                run_name=name or getattr(config, "run_name", None))
+    try:
+        if on_ray:
+            result = ray_train.fit(spec, config, plan, tracker, name, tuple(hooks))
+        else:
+            result = spec.work(config, plan, tracker, Worker(hooks=tuple(hooks)))
+    except BaseException:
+        if own_tracker:
+            tracker.end("FAILED")
+        raise
+    if own_tracker:
+        tracker.end("FINISHED")
+    return result

@@ -1,0 +1,22 @@
+"""One entry point for the official scorers, as fine-tuning and the registry gates call them:
+`score_predictions(task, gold, predictions)` reads the same files `bert-pipeline evaluate` reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bert_core.finetune.tasks import registry
+from bert_core.metrics import glue, ner, squad
+
+
+def score_predictions(task: str, gold: str | Path, predictions: str | Path,
+                      na_prob_file: str | Path | None = None, language: str | None = None) -> dict[str, float]:
+    """`language`: XNLI rows of the original multi-language file (default zh), as fine-tuning read them."""
+    info = registry.get(task)
+    if info.kind == "squad":
+        result = squad.evaluate_squad_file(gold, predictions, na_prob_file=na_prob_file, strict=True)
+        return {k: float(v) for k, v in result.items() if isinstance(v, int | float)}
+    if info.kind == "ner":
+        return ner.evaluate_ner_files(gold, predictions)
+    gold_task = "mnli-mm" if info.name == "mnli" and "mismatched" in Path(gold).name else info.name
+    return glue.evaluate_glue_files(gold_task, gold, predictions, language=language)

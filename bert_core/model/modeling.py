@@ -1,0 +1,577 @@
+"""BERT encoder and task heads.
+
+Parameter names follow HF's `modeling_bert.py` so HF-format checkpoints load directly; the maths
+follows Google's `modeling.py`. One design choice differs from both: when a batch contains padding,
+every per-token layer (embeddings, projections, feed-forward, LayerNorm) runs only on the real
+tokens, packed into one [num_tokens, hidden] matrix, and the tokens are laid out [batch, seq] only
+for the attention product itself. With realistic length mixes ~40% of tokens are padding, so
+this skips ~40% of the matmul work. Hidden states at padded positions are therefore zero
+(HF returns the values its wasted computation produced there; no loss or metric reads them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bert_core.errors import BertPipelineError
+from bert_core.model.config import BertConfig
+
+_ACT = {
+    "gelu": F.gelu,
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+    "swish": F.silu,
+    "tanh": torch.tanh,
+}
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+@dataclass
+class BertModelOutput:
+    sequence_output: Tensor  # [B, T, H]
+    pooled_output: Tensor | None  # [B, H]; None for heads built without a pooler
+    all_encoder_layers: list[Tensor] | None = None  # one [B, T, H] per layer, when asked
+
+    # The names HF users know.
+    @property
+    def last_hidden_state(self) -> Tensor:
+        return self.sequence_output
+
+    @property
+    def pooler_output(self) -> Tensor | None:
+        return self.pooled_output
+
+
+@dataclass
+class PreTrainingOutput:
+    prediction_logits: Tensor  # [B, T, V], or [B, P, V] when masked_lm_positions are given
+    seq_relationship_logits: Tensor  # [B, 2]
+    loss: Tensor | None = None
+    mlm_loss: Tensor | None = None
+    nsp_loss: Tensor | None = None
+    all_encoder_layers: list[Tensor] | None = None
+
+
+@dataclass
+class LogitsOutput:
+    logits: Tensor
+    loss: Tensor | None = None
+    all_encoder_layers: list[Tensor] | None = None
+
+
+@dataclass
+class QuestionAnsweringOutput:
+    start_logits: Tensor  # [B, T]
+    end_logits: Tensor  # [B, T]
+    loss: Tensor | None = None
+    all_encoder_layers: list[Tensor] | None = None
+
+
+# --------------------------------------------------------------------------- packing
+
+
+@dataclass
+class _Layout:
+    """Where the real tokens of a [B, T] batch sit; `indices` is None when nothing is padded."""
+
+    batch: int
+    seq: int
+    indices: Tensor | None
+    key_mask: Tensor | None  # [B, 1, 1, T] bool, True = may be attended to
+
+    def pad(self, packed: Tensor) -> Tensor:
+        """[N, D] (N real tokens, or B*T) -> [B, T, D]; zeros at padded positions."""
+        if self.indices is None:
+            return packed.view(self.batch, self.seq, -1)
+        full = packed.new_zeros(self.batch * self.seq, packed.shape[-1])
+        return full.index_copy(0, self.indices, packed).view(self.batch, self.seq, -1)
+
+    def pack(self, padded: Tensor) -> Tensor:
+        flat = padded.reshape(self.batch * self.seq, -1)
+        return flat if self.indices is None else flat.index_select(0, self.indices)
+
+
+# --------------------------------------------------------------------------- encoder
+
+
+class BertEmbeddings(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, layout: _Layout) -> Tensor:
+        positions = torch.arange(layout.seq, device=input_ids.device).expand(layout.batch, -1)
+        ids, types, pos = (layout.pack(t.unsqueeze(-1)).squeeze(-1) for t in (input_ids, token_type_ids, positions))
+        x = self.word_embeddings(ids) + self.token_type_embeddings(types) + self.position_embeddings(pos)
+        return self.dropout(self.LayerNorm(x))
+
+
+class BertSelfAttention(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout_p = config.attention_probs_dropout_prob
+
+    def forward(self, x: Tensor, layout: _Layout) -> Tensor:
+        # Three module calls, not one matmul over concatenated weights: measured no slower on CPU (the
+        # concatenation is a copy of the weights every call), and module-level transforms (dynamic
+        # quantisation, hooks, adapters) see each projection.
+        def heads(projection: nn.Linear) -> Tensor:  # [B, heads, T, head_dim]
+            return layout.pad(projection(x)).view(layout.batch, layout.seq, self.num_heads,
+                                                  self.head_dim).transpose(1, 2)
+
+        q, k, v = heads(self.query), heads(self.key), heads(self.value)
+        context = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=layout.key_mask, dropout_p=self.dropout_p if self.training else 0.0
+        )  # [B, heads, T, head_dim]
+        return layout.pack(context.transpose(1, 2))
+
+
+class BertResidualOutput(nn.Module):
+    """Projection back to the hidden size, dropout, residual, LayerNorm: HF's BertSelfOutput (after
+    attention, `attention.output.*`) and BertOutput (after the feed-forward, `output.*`)."""
+
+    def __init__(self, config: BertConfig, in_features: int):
+        super().__init__()
+        self.dense = nn.Linear(in_features, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden: Tensor, residual: Tensor) -> Tensor:
+        return self.LayerNorm(self.dropout(self.dense(hidden)) + residual)
+
+
+class BertAttention(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.self = BertSelfAttention(config)
+        self.output = BertResidualOutput(config, config.hidden_size)
+
+    def forward(self, x: Tensor, layout: _Layout) -> Tensor:
+        return self.output(self.self(x, layout), x)
+
+
+class BertIntermediate(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = _ACT[config.hidden_act]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.act(self.dense(x))
+
+
+class BertLayer(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.attention = BertAttention(config)
+        self.intermediate = BertIntermediate(config)
+        self.output = BertResidualOutput(config, config.intermediate_size)
+
+    def forward(self, x: Tensor, layout: _Layout) -> Tensor:
+        attended = self.attention(x, layout)
+        return self.output(self.intermediate(attended), attended)
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+
+
+class BertPooler(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, sequence_output: Tensor) -> Tensor:
+        return torch.tanh(self.dense(sequence_output[:, 0]))
+
+
+# --------------------------------------------------------------------------- base class
+
+
+class BertPreTrainedModel(nn.Module):
+    """Initialisation, loading and saving shared by the encoder and every head."""
+
+    # Keys under these prefixes may be absent from a checkpoint: they are this class's new head.
+    new_head_prefixes: tuple[str, ...] = ()
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+
+    def init_weights(self) -> None:
+        """BERT's initialisation: truncated-free normal(0, initializer_range), zero biases, unit LayerNorm."""
+        std = self.config.initializer_range
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Share parameters that BERT shares (the MLM decoder and the word embeddings)."""
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, **config_overrides: Any):
+        """Load a model dir (HF `config.json` or Google `bert_config.json` + safetensors/bin), an
+        s3:// URI of one, or a model zoo name resolved under BERT_MODEL_STORE."""
+        from bert_core.model.weights import load_pretrained
+
+        return load_pretrained(cls, name_or_path, **config_overrides)
+
+    def save_pretrained(self, out_dir: str, vocab_file: str | None = None) -> None:
+        from bert_core.model.weights import save_pretrained
+
+        save_pretrained(self, out_dir, vocab_file=vocab_file)
+
+
+class BertModel(BertPreTrainedModel):
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+        # Export to static graphs (ONNX, torch.export) sets this: no packing (its shapes depend on the
+        # data) and no value checks, only the dense path with the mask; outputs then equal HF's everywhere.
+        self.static_graph = False
+        self.init_weights()
+
+    def _check_inputs(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor | None) -> None:
+        cfg = self.config
+        if input_ids.dim() != 2:
+            raise BertPipelineError(f"input_ids must be [batch, seq], got shape {tuple(input_ids.shape)}")
+        if input_ids.shape[1] > cfg.max_position_embeddings:
+            raise BertPipelineError(
+                f"sequence length {input_ids.shape[1]} exceeds max_position_embeddings "
+                f"({cfg.max_position_embeddings}); truncate or split the input")
+        for name, t in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
+            if t is not None and t.shape != input_ids.shape:
+                raise BertPipelineError(f"{name} shape {tuple(t.shape)} != input_ids shape {tuple(input_ids.shape)}")
+        if input_ids.numel() == 0:
+            raise BertPipelineError("input_ids is empty")
+        if self.static_graph:
+            return
+        # An out-of-range id is a CUDA device assert or an opaque IndexError otherwise.
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= cfg.vocab_size:
+            bad = lo if lo < 0 else hi
+            raise BertPipelineError(f"token id {bad} is outside the vocabulary (vocab_size={cfg.vocab_size}); "
+                                    "was the input encoded with this model's vocab.txt?")
+        lo, hi = int(token_type_ids.min()), int(token_type_ids.max())
+        if lo < 0 or hi >= cfg.type_vocab_size:
+            raise BertPipelineError(f"token_type_ids must be in [0, {cfg.type_vocab_size}), got {lo if lo < 0 else hi}")
+
+    def _layout(self, input_ids: Tensor, attention_mask: Tensor | None) -> _Layout:
+        batch, seq = input_ids.shape
+        if self.static_graph:
+            key_mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+            return _Layout(batch, seq, None, key_mask)
+        if attention_mask is None or bool(attention_mask.bool().all()):
+            return _Layout(batch, seq, None, None)
+        key_mask = attention_mask.bool()[:, None, None, :]
+        indices = attention_mask.reshape(-1).nonzero().squeeze(1)
+        return _Layout(batch, seq, indices, key_mask)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        token_type_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        output_all_encoded_layers: bool = False,
+    ) -> BertModelOutput:
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        self._check_inputs(input_ids, token_type_ids, attention_mask)
+        layout = self._layout(input_ids, attention_mask)
+        x = self.embeddings(input_ids, token_type_ids, layout)
+        all_layers = [] if output_all_encoded_layers else None
+        for layer in self.encoder.layer:
+            x = layer(x, layout)
+            if all_layers is not None:
+                all_layers.append(layout.pad(x))
+        sequence_output = all_layers[-1] if all_layers else layout.pad(x)
+        pooled = self.pooler(sequence_output) if self.pooler is not None else None
+        return BertModelOutput(sequence_output, pooled, all_layers)
+
+
+# --------------------------------------------------------------------------- heads
+
+
+class BertPredictionHeadTransform(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = _ACT[config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.LayerNorm(self.act(self.dense(x)))
+
+
+class BertLMPredictionHead(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.transform = BertPredictionHeadTransform(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)  # tied to word embeddings
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(self.transform(x), self.decoder.weight, self.bias)
+
+
+class BertOnlyMLMHead(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config)
+
+
+class BertOnlyNSPHead(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+class BertPreTrainingHeads(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+def _gather_positions(sequence_output: Tensor, positions: Tensor) -> Tensor:
+    """[B, T, H] at [B, P] positions -> [B, P, H] (Google's gather_indexes)."""
+    index = positions.long().unsqueeze(-1).expand(-1, -1, sequence_output.shape[-1])
+    return sequence_output.gather(1, index)
+
+
+def _masked_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).long(), ignore_index=-100)
+
+
+def _weighted_masked_lm_loss(logits: Tensor, ids: Tensor, weights: Tensor) -> Tensor:
+    """Google's run_pretraining loss: weighted mean over real predictions (weight 0 = padding slot)."""
+    per_token = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), ids.reshape(-1).long(),
+                                reduction="none")
+    w = weights.reshape(-1).to(per_token.dtype)
+    return (per_token * w).sum() / (w.sum() + 1e-5)
+
+
+class _MLMTiedMixin:
+    def tie_weights(self) -> None:
+        self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
+
+
+class BertForPreTraining(_MLMTiedMixin, BertPreTrainedModel):
+    new_head_prefixes = ("cls.",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.cls = BertPreTrainingHeads(config)
+        self.init_weights()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        token_type_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        labels: Tensor | None = None,
+        next_sentence_label: Tensor | None = None,
+        masked_lm_positions: Tensor | None = None,
+        masked_lm_ids: Tensor | None = None,
+        masked_lm_weights: Tensor | None = None,
+        output_all_encoded_layers: bool = False,
+    ) -> PreTrainingOutput:
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers)
+        seq = out.sequence_output
+        if masked_lm_positions is not None:
+            seq = _gather_positions(seq, masked_lm_positions)
+        logits = self.cls.predictions(seq)
+        nsp_logits = self.cls.seq_relationship(out.pooled_output)
+        mlm_loss = nsp_loss = None
+        if labels is not None:
+            mlm_loss = _masked_lm_loss(logits, labels)
+        elif masked_lm_ids is not None:
+            if masked_lm_positions is None:
+                raise BertPipelineError("masked_lm_ids needs masked_lm_positions")
+            weights = masked_lm_weights if masked_lm_weights is not None else torch.ones_like(masked_lm_ids)
+            mlm_loss = _weighted_masked_lm_loss(logits, masked_lm_ids, weights)
+        if next_sentence_label is not None:
+            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1).long())
+        parts = [p for p in (mlm_loss, nsp_loss) if p is not None]
+        loss = sum(parts[1:], parts[0]) if parts else None
+        return PreTrainingOutput(logits, nsp_logits, loss, mlm_loss, nsp_loss, out.all_encoder_layers)
+
+
+class BertForMaskedLM(_MLMTiedMixin, BertPreTrainedModel):
+    new_head_prefixes = ("cls.",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config)
+        self.init_weights()
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
+                output_all_encoded_layers: bool = False) -> LogitsOutput:
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers)
+        logits = self.cls.predictions(out.sequence_output)
+        loss = _masked_lm_loss(logits, labels) if labels is not None else None
+        return LogitsOutput(logits, loss, out.all_encoder_layers)
+
+
+class BertForNextSentencePrediction(BertPreTrainedModel):
+    new_head_prefixes = ("cls.",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.cls = BertOnlyNSPHead(config)
+        self.init_weights()
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
+                output_all_encoded_layers: bool = False) -> LogitsOutput:
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers)
+        logits = self.cls.seq_relationship(out.pooled_output)
+        loss = F.cross_entropy(logits.float(), labels.reshape(-1).long()) if labels is not None else None
+        return LogitsOutput(logits, loss, out.all_encoder_layers)
+
+
+class BertForSequenceClassification(BertPreTrainedModel):
+    """Classification; with num_labels=1, regression (MSE), as GLUE's STS-B needs."""
+
+    new_head_prefixes = ("classifier.",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        drop = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(drop)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
+                output_all_encoded_layers: bool = False) -> LogitsOutput:
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers)
+        logits = self.classifier(self.dropout(out.pooled_output))
+        loss = self._loss(logits, labels) if labels is not None else None
+        return LogitsOutput(logits, loss, out.all_encoder_layers)
+
+    def _loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        problem = self.config.problem_type
+        if problem is None:  # HF's inference rule, so HF-trained configs mean the same here.
+            if self.config.num_labels == 1:
+                problem = "regression"
+            elif labels.dtype in (torch.long, torch.int, torch.int16, torch.int8, torch.uint8):
+                problem = "single_label_classification"
+            else:
+                problem = "multi_label_classification"
+        if problem == "regression":
+            if self.config.num_labels == 1:
+                return F.mse_loss(logits.squeeze(-1).float(), labels.reshape(-1).float())
+            return F.mse_loss(logits.float(), labels.float())
+        if problem == "single_label_classification":
+            return F.cross_entropy(logits.float().view(-1, self.config.num_labels), labels.reshape(-1).long())
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+class BertForTokenClassification(BertPreTrainedModel):
+    new_head_prefixes = ("classifier.",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        drop = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(drop)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
+                output_all_encoded_layers: bool = False) -> LogitsOutput:
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers)
+        logits = self.classifier(self.dropout(out.sequence_output))
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.float().view(-1, self.config.num_labels), labels.reshape(-1).long(),
+                                   ignore_index=-100)
+        return LogitsOutput(logits, loss, out.all_encoder_layers)
+
+
+def qa_loss_logits(logits: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """Start/end logits for the QA loss, with padded positions out of the softmax.
+
+    A deliberate difference from HF and Google's run_squad, whose softmax runs over every position,
+    padding included: an answer can never start in the padding, and counting it makes the loss depend on
+    how far a batch was padded (and, in the packed path where padded hidden states are zero, on the bias).
+    The returned logits (and so predictions) are untouched."""
+    logits = logits.float()
+    if attention_mask is None:
+        return logits
+    return logits.masked_fill(attention_mask.to(torch.bool).logical_not(), torch.finfo(logits.dtype).min / 2)
+
+
+class BertForQuestionAnswering(BertPreTrainedModel):
+    new_head_prefixes = ("qa_outputs.",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.init_weights()
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, start_positions=None,
+                end_positions=None, output_all_encoded_layers: bool = False) -> QuestionAnsweringOutput:
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers)
+        start_logits, end_logits = self.qa_outputs(out.sequence_output).split(1, dim=-1)
+        start_logits, end_logits = start_logits.squeeze(-1).contiguous(), end_logits.squeeze(-1).contiguous()
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            # Positions outside the window (answer cut off by the doc stride) are ignored, as in HF.
+            ignored = start_logits.shape[1]
+            start = start_positions.reshape(-1).long().clamp(0, ignored)
+            end = end_positions.reshape(-1).long().clamp(0, ignored)
+            loss = (F.cross_entropy(qa_loss_logits(start_logits, attention_mask), start, ignore_index=ignored)
+                    + F.cross_entropy(qa_loss_logits(end_logits, attention_mask), end, ignore_index=ignored)) / 2
+        return QuestionAnsweringOutput(start_logits, end_logits, loss, out.all_encoder_layers)
+
+
+HEAD_CLASSES: dict[str, type[BertPreTrainedModel]] = {
+    cls.__name__: cls
+    for cls in (BertModel, BertForPreTraining, BertForMaskedLM, BertForNextSentencePrediction,
+                BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering)
+}
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def encoder_flops_per_token(config: BertConfig, seq_len: int) -> int:
+    """Forward matmul FLOPs per token of the encoder: projections + feed-forward + the two attention products."""
+    h, i, n = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    return 2 * n * (4 * h * h + 2 * h * i) + 2 * n * 2 * seq_len * h

@@ -1,0 +1,54 @@
+"""What a launcher needs to know of a training step to run it in this process or on Ray Train.
+
+Pretraining and fine-tuning each describe themselves with a `StepSpec` (bert_core.pretrain.step.PRETRAIN,
+bert_core.finetune.step.FINETUNE); `bert_core.launch.run.run_step` runs either one the same way. The steps
+themselves know nothing about Ray: the launcher calls `plan` once, on the driver (checks, input hashes, an
+up-to-date output), then `work` on every worker with what that worker was given (`Worker`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from bert_core.io.tracking import Tracker
+    from bert_core.train.checkpointing import CheckpointStore
+
+# Called after every optimizer step with (the step just finished, whether this run resumed from a
+# checkpoint): progress reporting, and the tests' fault injection (tests/fault_injection.py).
+StepHook = Callable[[int, bool], None]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The driver's decision before any worker starts."""
+
+    inputs: dict[str, str]  # input URI -> sha256, hashed once by the driver
+    done: dict[str, Any] | None = None  # the output's manifest when it already holds this exact result
+
+
+@dataclass
+class Worker:
+    """What the launcher hands the step on one worker."""
+
+    device: torch.device | None = None  # None: the step picks (cuda with --use-gpu, else cpu)
+    store: CheckpointStore | None = None  # None: the step's own (local files)
+    resume_dir: Path | None = None  # a checkpoint the launcher restored (Ray Train after a failure)
+    hooks: tuple[StepHook, ...] = ()
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    name: str
+    config_type: type
+    experiment: Callable[[Any], str]  # config -> MLflow experiment name
+    plan: Callable[[Any], Plan]  # config -> Plan, on the driver
+    work: Callable[[Any, Plan, Tracker, Worker], dict[str, Any]]  # on every worker; returns the output manifest
+    path_fields: tuple[str, ...] = ()  # local paths in the config, made absolute for Ray workers
+    name_fields: tuple[str, ...] = ()  # paths or names (zoo names): made absolute only when the path exists
+    resumable: bool = False  # keeps checkpoints: a stable Ray run name per output, restored after failures

@@ -1,0 +1,317 @@
+"""The make-shards step: streaming, determinism across backends, idempotence, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bert_core.data import make_shards as sharding
+from bert_core.data import shard_format as shards
+from bert_core.data.instances import ShardConfig
+from bert_core.errors import BertPipelineError
+from bert_core.io import manifest
+from bert_pipeline.cli import main
+from tests.corpus_text import documents, write_segmented
+from tests.paths import FIXTURES
+
+VOCAB = str(FIXTURES / "vocab" / "uncased_L-12_H-768_A-12.vocab.txt")
+SMALL = ShardConfig(dupe_factor=2, chunk_documents=40, instances_per_shard=300, shuffle_buffer=500)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("corpus")
+    write_segmented(root / "a.txt", documents(130, seed=1))
+    write_segmented(root / "b.txt", documents(70, seed=2))
+    return root
+
+
+def digests(out: Path) -> list[str]:
+    return [manifest.sha256_file(p) for p in shards.list_shards(out)]
+
+
+def test_shards_and_manifest(corpus, tmp_path):
+    result = sharding.make_shards([str(corpus / "*.txt")], str(tmp_path / "out"), VOCAB, SMALL)
+    out = tmp_path / "out"
+    assert result == manifest.read(out)
+    assert result["step"] == "make-shards" and result["seed"] == SMALL.random_seed
+    assert result["config"]["dupe_factor"] == 2 and "workers" not in result["config"]
+    assert result["vocab"]["sha256"] == manifest.sha256_file(VOCAB)
+    uris = [i["uri"] for i in result["inputs"]]
+    assert uris == sorted([str(corpus / "a.txt"), str(corpus / "b.txt"), f"vocab:{VOCAB}"])
+    files = shards.list_shards(out)
+    assert [s["path"] for s in result["shards"]] == [p.name for p in files] == [f"part-0000{i}.npz" for i in
+                                                                               range(len(files))]
+    counts = [shards.num_instances(shards.read_shard(p)) for p in files]
+    assert [s["instances"] for s in result["shards"]] == counts
+    assert all(c == 300 for c in counts[:-1]) and 0 < counts[-1] <= 300
+    assert sum(counts) == result["totals"]["instances"]
+    assert [s["sha256"] for s in result["shards"]] == digests(out)
+    assert result["totals"]["documents"] == 200 and result["totals"]["units"] >= 5
+    assert manifest.verify_outputs(out) == []
+    assert sorted(p.name for p in out.iterdir()) == sorted([*(p.name for p in files), "manifest.json"])
+
+
+def test_byte_identical_whatever_the_workers(corpus, tmp_path):
+    sharding.make_shards([str(corpus)], str(tmp_path / "w1"), VOCAB, SMALL)
+    base = digests(tmp_path / "w1")
+    sharding.make_shards([str(corpus)], str(tmp_path / "w2"), VOCAB, SMALL, workers=2)
+    sharding.make_shards([str(corpus)], str(tmp_path / "w3"), VOCAB, SMALL, workers=3, backend="process")
+    assert digests(tmp_path / "w2") == base == digests(tmp_path / "w3")
+    other = ShardConfig(**{**SMALL.__dict__, "random_seed": 7})
+    sharding.make_shards([str(corpus)], str(tmp_path / "seed7"), VOCAB, other)
+    assert digests(tmp_path / "seed7") != base
+
+
+def test_backend_is_ray_tasks_when_ray_address_is_set(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert sharding.choose_backend("auto", 1) == "inline"
+    assert sharding.choose_backend("auto", 3) == "process"
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head.example:10001")
+    assert sharding.choose_backend("auto", 1) == "ray" and sharding.choose_backend("auto", 4) == "ray"
+    assert sharding.choose_backend("process", 2) == "process"  # an explicit choice wins
+    monkeypatch.setenv("RAY_ADDRESS", "")
+    assert sharding.choose_backend("auto", 2) == "process"
+    with pytest.raises(BertPipelineError, match="backend must be one of"):
+        sharding.choose_backend("threads", 2)
+
+
+def test_the_ray_backend_needs_the_launch_layer(corpus, tmp_path):
+    """bert_core.data knows nothing of Ray: its make_shards refuses the "ray" backend without an executor."""
+    with pytest.raises(BertPipelineError, match="runs through bert_core.launch.ray_shards"):
+        sharding.make_shards([str(corpus)], str(tmp_path / "out"), VOCAB, SMALL, backend="ray")
+    assert not (tmp_path / "out").exists()
+
+
+def test_progress_bar_shows_document_instance_and_token_rates(corpus, tmp_path, capsys):
+    result = sharding.make_shards([str(corpus)], str(tmp_path / "out"), VOCAB, SMALL, progress=True)
+    err = capsys.readouterr().err
+    assert "make-shards" in err
+    # The last postfix the bar shows covers the whole run: its rates share one elapsed time, so
+    # their ratios are those of the run's totals.
+    found = re.findall(r"([\d,]+) doc/s, ([\d,]+) inst/s, ([\d,]+) tok/s", err)
+    assert found, err
+    docs, instances, tokens = (int(x.replace(",", "")) for x in found[-1])
+    totals = result["totals"]
+    assert docs > 0 and instances > 0 and tokens > 0
+    assert tokens / instances == pytest.approx(totals["tokens"] / totals["instances"], rel=0.01)
+    assert instances / docs == pytest.approx(totals["instances"] / totals["documents"], rel=0.01)
+    stats = sharding.RunStats(documents=10, instances=250, tokens=12_000)
+    assert sharding.rates(stats, 2.0) == "5 doc/s, 125 inst/s, 6,000 tok/s"
+    sharding.make_shards([str(corpus)], str(tmp_path / "quiet"), VOCAB, SMALL, progress=False)
+    assert "doc/s" not in capsys.readouterr().err
+
+
+def test_memory_is_bounded_by_the_unit_not_the_corpus(tmp_path):
+    write_segmented(tmp_path / "big.txt", documents(1000, seed=5, max_sentences=4))
+    config = ShardConfig(dupe_factor=1, chunk_documents=25, instances_per_shard=200, shuffle_buffer=400)
+    for workers in (1, 2):
+        stats = sharding.RunStats()
+        sharding.make_shards([str(tmp_path / "big.txt")], str(tmp_path / f"out{workers}"), VOCAB, config,
+                             workers=workers, stats=stats)
+        assert stats.documents == 1000 and stats.units == 40
+        # Inline: the unit being read plus the one before it (kept to merge a short last unit).
+        # Processes: also the workers + 1 units in flight.
+        bound = (2 + (workers + 1 if workers > 1 else 0)) * config.chunk_documents
+        assert stats.peak_documents_held <= bound
+        assert stats.documents_held == 0
+
+
+def test_short_last_unit_is_merged(tmp_path):
+    write_segmented(tmp_path / "c.txt", documents(45, seed=6))
+    config = ShardConfig(chunk_documents=20)
+    units = list(sharding.iter_units([("c", tmp_path / "c.txt")], config, sharding.RunStats()))
+    assert [len(u[2]) for u in units] == [20, 25] and [u[1] for u in units] == [0, 1]
+
+
+def test_rerun_is_a_no_op_and_other_config_is_refused(corpus, tmp_path):
+    out = str(tmp_path / "out")
+    first = sharding.make_shards([str(corpus)], out, VOCAB, SMALL)
+    again = sharding.make_shards([str(corpus)], out, VOCAB, SMALL, workers=2)
+    assert again["finished_at"] == first["finished_at"]
+    other = ShardConfig(**{**SMALL.__dict__, "dupe_factor": 3})
+    with pytest.raises(BertPipelineError, match=r"different configuration.*dupe_factor: 2 there, 3 now.*--overwrite"):
+        sharding.make_shards([str(corpus)], out, VOCAB, other)
+    assert manifest.read(out)["config"]["dupe_factor"] == 2
+    sharding.make_shards([str(corpus)], out, VOCAB, other, overwrite=True)
+    assert manifest.read(out)["config"]["dupe_factor"] == 3
+
+
+def test_changed_input_is_refused(tmp_path):
+    write_segmented(tmp_path / "in.txt", documents(30, seed=1))
+    sharding.make_shards([str(tmp_path / "in.txt")], str(tmp_path / "out"), VOCAB, SMALL)
+    write_segmented(tmp_path / "in.txt", documents(30, seed=2))
+    with pytest.raises(BertPipelineError, match=r"in\.txt differs or is new"):
+        sharding.make_shards([str(tmp_path / "in.txt")], str(tmp_path / "out"), VOCAB, SMALL)
+
+
+def test_gzip_input_gives_the_same_shards(tmp_path):
+    write_segmented(tmp_path / "plain.txt", documents(60, seed=3))
+    with gzip.open(tmp_path / "packed.txt.gz", "wb") as f:
+        f.write((tmp_path / "plain.txt").read_bytes())
+    sharding.make_shards([str(tmp_path / "plain.txt")], str(tmp_path / "a"), VOCAB, SMALL)
+    sharding.make_shards([str(tmp_path / "packed.txt.gz")], str(tmp_path / "b"), VOCAB, SMALL)
+    assert digests(tmp_path / "a") == digests(tmp_path / "b")
+
+
+def test_empty_inputs(tmp_path, caplog):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("\n\n  \n")
+    write_segmented(tmp_path / "full.txt", documents(20, seed=1))
+    with caplog.at_level(logging.WARNING):
+        result = sharding.make_shards([str(tmp_path / "empty.txt"), str(tmp_path / "full.txt")],
+                                      str(tmp_path / "out"), VOCAB, SMALL)
+    assert "empty.txt: no documents (empty input)" in caplog.text
+    assert result["totals"]["documents"] == 20
+    with pytest.raises(BertPipelineError, match="no instances: the inputs .* hold no text"):
+        sharding.make_shards([str(tmp_path / "empty.txt"), str(tmp_path / "blank.txt")],
+                             str(tmp_path / "none"), VOCAB, SMALL)
+    assert not (tmp_path / "none").exists()
+
+
+def test_bad_vocab_and_bad_text(tmp_path):
+    write_segmented(tmp_path / "in.txt", documents(10, seed=1))
+    lines = Path(VOCAB).read_text(encoding="utf-8").split("\n")
+    (tmp_path / "nomask.txt").write_text("\n".join(t for t in lines if t != "[MASK]"), encoding="utf-8")
+    with pytest.raises(BertPipelineError, match=r"--vocab .*nomask\.txt: .*\[MASK\]"):
+        sharding.make_shards([str(tmp_path / "in.txt")], str(tmp_path / "out"), str(tmp_path / "nomask.txt"), SMALL)
+    (tmp_path / "bad.txt").write_bytes(b"Fine line.\n\nBad \xff byte.\n")
+    with pytest.raises(BertPipelineError, match=r"bad\.txt: not UTF-8 text: invalid byte 0xff at byte offset 16"):
+        sharding.make_shards([str(tmp_path / "bad.txt")], str(tmp_path / "out"), VOCAB, SMALL)
+    assert not (tmp_path / "out").exists()
+
+
+def test_failure_midway_leaves_no_output(corpus, tmp_path, monkeypatch):
+    real_write = sharding.ShardWriter._write
+    calls = []
+
+    def failing_write(self, arrays):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("disk full")
+        real_write(self, arrays)
+
+    monkeypatch.setattr(sharding.ShardWriter, "_write", failing_write)
+    with pytest.raises(RuntimeError, match="disk full"):
+        sharding.make_shards([str(corpus)], str(tmp_path / "out"), VOCAB, SMALL)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_killed_run_leaves_no_shard_that_looks_complete(tmp_path):
+    write_segmented(tmp_path / "in.txt", documents(3000, seed=9))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "bert_pipeline.cli", "make-shards", str(tmp_path / "in.txt"), "--output", str(out),
+           "--vocab", VOCAB, "--instances-per-shard", "100", "--shuffle-buffer", "0", "--chunk-documents", "50",
+           "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list(tmp_path.glob(".out.tmp-*/part-*.npz")):
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert list(tmp_path.glob(".out.tmp-*/part-*.npz")), "the run ended before writing a shard"
+    assert not out.exists()
+    assert not list(tmp_path.glob(".out.tmp-*/manifest.json"))
+
+
+def test_cli(corpus, tmp_path, capsys):
+    argv = ["make-shards", str(corpus / "a.txt"), "--output", str(tmp_path / "out"), "--vocab", VOCAB,
+            "--dupe-factor", "1", "--max-seq-length", "64", "--whole-word-mask", "--no-progress"]
+    assert main(argv) == 0
+    data = manifest.read(tmp_path / "out")
+    assert data["config"]["whole_word_mask"] is True and data["config"]["max_seq_length"] == 64
+    arrays = shards.read_shard(tmp_path / "out" / "part-00000.npz")
+    assert arrays["input_ids"].shape[1] == 64 and np.all(arrays["input_ids"][:, 0] == 101)
+    assert main([*argv[:4], "--vocab", str(tmp_path / "missing.txt")]) == 2
+    assert "missing.txt" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------- held-out split
+
+
+def test_heldout_split_by_document(corpus, tmp_path):
+    config = ShardConfig(**{**SMALL.__dict__, "holdout_fraction": 0.2})
+    train_out, held_out = tmp_path / "train", tmp_path / "held"
+    result = sharding.make_split_shards([str(corpus / "*.txt")], str(train_out), VOCAB, config, str(held_out))
+    held = manifest.read(held_out)
+    assert result["heldout"] == {"output": str(held_out), "instances": held["totals"]["instances"],
+                                 "documents": held["totals"]["documents"]}
+    # Every document is on exactly one side; about the asked fraction is held out.
+    assert result["totals"]["documents"] + held["totals"]["documents"] == 200
+    assert 20 <= held["totals"]["documents"] <= 60
+    assert held["config"]["split"] == "heldout" and held["config"]["dupe_factor"] == 1
+    assert result["config"]["split"] == "train" and result["config"]["dupe_factor"] == 2
+    # No held-out document's text reaches the training shards: compare the token rows' sentences.
+    from bert_core.data.instances import is_heldout
+
+    docs = documents(130, seed=1) + documents(70, seed=2)
+    held_docs = [d for d in docs if is_heldout(d, 0.2)]
+    assert len(held_docs) == held["totals"]["documents"]
+    # The split is a property of the text: the same documents in another order and file layout split alike.
+    (tmp_path / "shuffled").mkdir()
+    write_segmented(tmp_path / "shuffled" / "all.txt", list(reversed(docs)))
+    again = sharding.make_split_shards([str(tmp_path / "shuffled" / "all.txt")], str(tmp_path / "t2"), VOCAB,
+                                       config, str(tmp_path / "h2"))
+    assert again["heldout"]["documents"] == held["totals"]["documents"]
+    # Re-running is a no-op on both sides.
+    before = digests(train_out) + digests(held_out)
+    sharding.make_split_shards([str(corpus / "*.txt")], str(train_out), VOCAB, config, str(held_out))
+    assert digests(train_out) + digests(held_out) == before
+
+
+def test_heldout_cli_and_empty_selection(corpus, tmp_path, capsys):
+    out = tmp_path / "shards"
+    assert main(["make-shards", str(corpus / "a.txt"), "--output", str(out), "--vocab", VOCAB,
+                 "--holdout-fraction", "0.1", "--dupe-factor", "1", "--no-progress"]) == 0
+    assert (tmp_path / "shards-heldout" / "manifest.json").is_file() and (out / "manifest.json").is_file()
+    one = tmp_path / "one.txt"
+    write_segmented(one, documents(1, seed=5, min_sentences=4))
+    with pytest.raises(BertPipelineError, match="selected none of the 1 document"):
+        sharding.make_split_shards([str(one)], str(tmp_path / "o1"), VOCAB,
+                                   ShardConfig(holdout_fraction=0.001), str(tmp_path / "h1"))
+    assert not (tmp_path / "o1").exists()  # the held-out side runs first: nothing was written
+    assert main(["make-shards", str(one), "--output", str(tmp_path / "o2"), "--vocab", VOCAB,
+                 "--holdout-output", str(tmp_path / "h2")]) != 0
+    assert "--holdout-output needs --holdout-fraction" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------- input hygiene
+
+
+def test_step_manifests_are_never_corpus_text(corpus, tmp_path):
+    seg = tmp_path / "seg"
+    seg.mkdir()
+    write_segmented(seg / "part.txt", documents(30, seed=3))
+    (seg / "manifest.json").write_text('{"step": "segment", "outputs": [{"path": "part.txt"}]}\n')
+    expected = sharding.make_shards([str(seg / "part.txt")], str(tmp_path / "ref"), VOCAB, SMALL)
+    # `seg/*` as the shell expands it (the manifest named explicitly), as a glob, and as a directory.
+    for name, inputs in (("expanded", [str(seg / "manifest.json"), str(seg / "part.txt")]),
+                         ("glob", [str(seg / "*")]), ("dir", [str(seg)])):
+        result = sharding.make_shards(inputs, str(tmp_path / name), VOCAB, SMALL)
+        assert [i["uri"] for i in result["inputs"] if not i["uri"].startswith("vocab:")] == [str(seg / "part.txt")]
+        assert result["totals"] == expected["totals"]
+    with pytest.raises(BertPipelineError, match="a step's manifest, not text"):
+        sharding.make_shards([str(seg / "manifest.json")], str(tmp_path / "only"), VOCAB, SMALL)
+
+
+def test_json_and_binary_inputs_are_clear_errors(tmp_path):
+    jsonl = tmp_path / "corpus.jsonl"
+    jsonl.write_text('{"text": "A document."}\n{"text": "Another one."}\n')
+    with pytest.raises(BertPipelineError, match=r"corpus.jsonl: line 1 is JSON, not segmented text.*segment"):
+        sharding.make_shards([str(jsonl)], str(tmp_path / "o"), VOCAB, SMALL)
+    blob = tmp_path / "weights.bin"
+    blob.write_bytes(b"\x00\x01\x02binary\x00" * 10)
+    with pytest.raises(BertPipelineError, match=r"weights.bin: binary data, not text"):
+        sharding.make_shards([str(blob)], str(tmp_path / "o2"), VOCAB, SMALL)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o2").exists()

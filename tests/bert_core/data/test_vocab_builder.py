@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bert_core.data.vocab_builder import VocabConfig, build_vocab, layout
+from bert_core.errors import BertPipelineError
+from bert_core.model.tokenization import BertTokenizer, load_vocab
+from bert_pipeline.cli import main
+from tests.corpus_text import documents, write_segmented
+from tests.paths import FIXTURES
+
+GOOGLE_VOCAB = FIXTURES / "vocab" / "uncased_L-12_H-768_A-12.vocab.txt"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("vocab") / "in.txt"
+    docs = documents(400, seed=3)
+    docs.append(["Café Über naïve façade.", "Ωμέγα and 中文 characters."])
+    return write_segmented(path, docs)
+
+
+def test_layout_is_googles():
+    google = GOOGLE_VOCAB.read_text(encoding="utf-8").split("\n")
+    assert layout(["!"], 994) == google[:1000]
+    assert layout(["a"], 3) == ["[PAD]", "[unused0]", "[unused1]", "[unused2]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]
+
+
+def test_trained_vocab_loads_and_covers_its_text(corpus, tmp_path):
+    result = build_vocab([str(corpus)], str(tmp_path / "vocab.txt"), VocabConfig(vocab_size=700))
+    tokens = (tmp_path / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(tokens) == len(set(tokens)) == result["vocab_size"] <= 700
+    assert tokens[0] == "[PAD]" and tokens[tokens.index("[UNK]"):tokens.index("[UNK]") + 4] == [
+        "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert sum(t.startswith("[unused") for t in tokens) == result["unused_tokens"] == 700 // 30
+    assert any(t.startswith("##") for t in tokens) and not any(t != t.lower() for t in tokens if "[" not in t)
+    assert load_vocab(tmp_path / "vocab.txt")["[MASK]"] == tokens.index("[MASK]")
+    tokenizer = BertTokenizer(tmp_path / "vocab.txt")
+    pieces = tokenizer.tokenize(corpus.read_text(encoding="utf-8"))
+    assert "[UNK]" not in pieces
+    assert not any(accented in token for token in tokens for accented in "éÜüï")  # stripped, as uncased BERT
+    assert "中" in tokens and "Ω".lower() in tokens
+    manifest_data = json.loads((tmp_path / "vocab.txt.manifest.json").read_text())
+    assert manifest_data["step"] == "build-vocab" and manifest_data["inputs"][0]["uri"] == str(corpus)
+
+
+def test_cased_keeps_case(corpus, tmp_path):
+    build_vocab([str(corpus)], str(tmp_path / "out"), VocabConfig(vocab_size=700, do_lower_case=False))
+    tokens = (tmp_path / "out" / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    assert "Ü" in tokens and ("é" in tokens or "##é" in tokens)
+    assert any(t != t.lower() for t in tokens if not t.startswith("["))
+    assert (tmp_path / "out" / "manifest.json").is_file()
+
+
+def test_rerun_no_op_other_config_refused(corpus, tmp_path):
+    out = str(tmp_path / "v.txt")
+    first = build_vocab([str(corpus)], out, VocabConfig(vocab_size=600))
+    assert build_vocab([str(corpus)], out, VocabConfig(vocab_size=600))["finished_at"] == first["finished_at"]
+    with pytest.raises(BertPipelineError, match="already exists.*--overwrite"):
+        build_vocab([str(corpus)], out, VocabConfig(vocab_size=650))
+    assert build_vocab([str(corpus)], out, VocabConfig(vocab_size=650), overwrite=True)["config"]["vocab_size"] == 650
+
+
+def test_bad_sizes(corpus, tmp_path):
+    with pytest.raises(BertPipelineError, match="leaves 15 learned tokens"):
+        build_vocab([str(corpus)], str(tmp_path / "v.txt"), VocabConfig(vocab_size=40, unused=20))
+
+
+def test_cli(corpus, tmp_path):
+    assert main(["build-vocab", str(corpus), "--vocab-size", "500", "--output", str(tmp_path / "v.txt")]) == 0
+    assert len(load_vocab(tmp_path / "v.txt")) <= 500
+    assert main(["build-vocab", str(corpus), "--vocab-size", "10", "--output", str(tmp_path / "w.txt")]) == 2

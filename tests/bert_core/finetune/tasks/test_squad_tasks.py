@@ -1,0 +1,158 @@
+"""SQuAD reading, windowing and post-processing; the span round trip through character offsets."""
+
+import json
+
+import pytest
+
+from bert_core.errors import BertPipelineError
+from bert_core.finetune.tasks.squad import SquadExample, char_span, make_features, postprocess, read_squad
+from bert_core.metrics.squad import evaluate_squad_v1, evaluate_squad_v2
+from bert_core.model.tokenization import BertTokenizer
+from tests.paths import FIXTURES
+
+FIXTURES = FIXTURES
+SQUAD = FIXTURES / "squad"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return BertTokenizer(FIXTURES / "vocab" / "uncased_L-12_H-768_A-12.vocab.txt", do_lower_case=True)
+
+
+def _squad_file(tmp_path, context, answers, question="Where?", impossible=None):
+    qa = {"id": "q1", "question": question, "answers": answers}
+    if impossible is not None:
+        qa["is_impossible"] = impossible
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [
+        {"context": context, "qas": [qa]}]}]}), encoding="utf-8")
+    return path
+
+
+def test_reads_both_versions():
+    v1, ex1 = read_squad(SQUAD / "data-v1.1.json")
+    v2, ex2 = read_squad(SQUAD / "data-v2.0.json")
+    assert (v1, v2) == ("1.1", "2.0")
+    assert any(e.is_impossible and not e.answers for e in ex2)
+    assert all(e.answers for e in ex1)
+
+
+@pytest.mark.parametrize("name", ["data-v1.1.json", "data-v2.0.json"])
+def test_gold_span_round_trips_through_tokens(tokenizer, name):
+    """gold char span -> token span (in every window that holds it) -> char span == gold text."""
+    _, examples = read_squad(SQUAD / name)
+    # Small windows force several per context, so the round trip is checked across window borders.
+    features = make_features(examples, tokenizer, max_seq_length=48, doc_stride=16, max_query_length=16,
+                             training=True)
+    checked = set()
+    for f in features:
+        example = examples[f.example_index]
+        if f.start_position:
+            assert char_span(example, f, f.start_position, f.end_position) == example.answers[0][0]
+            checked.add(example.qas_id)
+    assert checked == {e.qas_id for e in examples if e.answers}
+
+
+def test_round_trip_with_unicode_and_odd_whitespace(tokenizer, tmp_path):
+    context = "Le  café\tde Zoë ouvre\u00a0à 7h30 — 東京の店 🙂 was built in\n1998 by Ana-María Núñez."
+    answers = ["café\tde Zoë", "東京", "Ana-María Núñez", "1998", "7h30"]
+    path = _squad_file(tmp_path, context, [{"text": a, "answer_start": context.index(a)} for a in answers])
+    _, (example,) = read_squad(path)
+    for text in answers:
+        single = SquadExample("q", "which?", context, ((text, context.index(text)),))
+        (feature,) = make_features([single], tokenizer, max_seq_length=128, training=True)
+        assert char_span(single, feature, feature.start_position, feature.end_position) == text
+
+
+def test_windows_cover_every_token_once_as_max_context(tokenizer):
+    context = " ".join(f"word{i}" for i in range(120))
+    example = SquadExample("q", "what is it?", context, (("word77", context.index("word77")),))
+    features = make_features([example], tokenizer, max_seq_length=40, doc_stride=12, training=True)
+    assert len(features) > 3
+    owners = {}
+    for fi, f in enumerate(features):
+        assert len(f.input_ids) <= 40 and f.input_ids[0] == tokenizer.cls_token_id
+        assert f.input_ids[-1] == tokenizer.sep_token_id and len(f.segment_ids) == len(f.input_ids)
+        for offset, is_max in zip(f.token_offsets, f.token_is_max_context):
+            if offset is not None and is_max:
+                assert offset not in owners
+                owners[offset] = fi
+    n_tokens = len(tokenizer.encode(context, add_special_tokens=False).ids)
+    assert len(owners) == n_tokens
+    # Windows that do not hold the whole answer point at [CLS].
+    labelled = [f for f in features if f.start_position]
+    assert labelled and any(f.start_position == 0 for f in features)
+
+
+def test_answer_offsets_that_do_not_match_the_context_are_an_error(tmp_path):
+    path = _squad_file(tmp_path, "The river is long.", [{"text": "river", "answer_start": 3}])
+    with pytest.raises(BertPipelineError, match=r"question 'q1': answer 'river' at answer_start 3 does not match"):
+        read_squad(path)
+    (tmp_path / "bad.json").write_text('{"data": 3}')
+    with pytest.raises(BertPipelineError, match="expected a SQuAD JSON object"):
+        read_squad(tmp_path / "bad.json")
+
+
+def _logits_for(features, examples, targets, tokenizer):
+    """Logits that put the most mass on the given answer text (or on [CLS] for None)."""
+    starts, ends = [], []
+    for f in features:
+        s, e = [0.0] * len(f.input_ids), [0.0] * len(f.input_ids)
+        target = targets[examples[f.example_index].qas_id]
+        if target is None:
+            s[0] = e[0] = 8.0
+        else:
+            lo = examples[f.example_index].context.index(target)
+            hi = lo + len(target)
+            toks = [i for i, o in enumerate(f.token_offsets) if o is not None and o[1] > lo and o[0] < hi]
+            if toks:
+                s[toks[0]], e[toks[-1]] = 5.0, 5.0
+        starts.append(s)
+        ends.append(e)
+    return starts, ends
+
+
+def test_postprocess_v1_predicts_the_span_and_scores_100(tokenizer):
+    _, examples = read_squad(SQUAD / "data-v1.1.json")
+    features = make_features(examples, tokenizer, max_seq_length=64, doc_stride=24)
+    targets = {e.qas_id: e.answers[0][0] for e in examples}
+    starts, ends = _logits_for(features, examples, targets, tokenizer)
+    out = postprocess(examples, features, starts, ends, n_best_size=5)
+    assert out.predictions == targets
+    for nbest in out.nbest.values():
+        assert abs(sum(n["probability"] for n in nbest) - 1) < 1e-9 and len(nbest) <= 5
+    dataset = json.loads((SQUAD / "data-v1.1.json").read_text())["data"]
+    assert evaluate_squad_v1(dataset, out.predictions) == {"exact_match": 100.0, "f1": 100.0}
+
+
+def test_postprocess_v2_null_decision_and_threshold(tokenizer):
+    _, examples = read_squad(SQUAD / "data-v2.0.json")
+    features = make_features(examples, tokenizer, max_seq_length=64, doc_stride=24)
+    targets = {e.qas_id: (e.answers[0][0] if e.answers else None) for e in examples}
+    starts, ends = _logits_for(features, examples, targets, tokenizer)
+    out = postprocess(examples, features, starts, ends, version_2=True)
+    assert out.predictions == {q: (t or "") for q, t in targets.items()}
+    assert set(out.null_odds) == set(targets)
+    assert all((out.null_odds[q] > 0) == (t is None) for q, t in targets.items())
+    dataset = json.loads((SQUAD / "data-v2.0.json").read_text())["data"]
+    result = evaluate_squad_v2(dataset, out.predictions, na_probs=out.null_odds)
+    assert result["exact"] == 100.0 and result["best_exact"] == 100.0
+    # A threshold above every null margin answers every question.
+    always = postprocess(examples, features, starts, ends, version_2=True, null_score_diff_threshold=1e9)
+    assert all(always.predictions.values())
+
+
+def test_postprocess_respects_max_answer_length_and_context_only(tokenizer):
+    context = "alpha beta gamma delta epsilon zeta"
+    example = SquadExample("q", "which?", context, ())
+    (feature,) = make_features([example], tokenizer, max_seq_length=32)
+    n = len(feature.input_ids)
+    starts, ends = [0.0] * n, [0.0] * n
+    first_ctx = feature.token_offsets.index((0, 5))
+    starts[1] = ends[1] = 50.0  # a question token: never an answer
+    starts[first_ctx], ends[first_ctx + 5] = 9.0, 9.0  # 6 tokens long
+    ends[first_ctx + 1] = 4.0
+    out = postprocess([example], [feature], [starts], [ends], max_answer_length=3)
+    assert out.predictions["q"] == "alpha beta"
+    out = postprocess([example], [feature], [starts], [ends], max_answer_length=30)
+    assert out.predictions["q"] == context

@@ -1,0 +1,58 @@
+"""RAY_ADDRESS as a job server URL: the CLI's Ray steps refuse it up front, saying what to do instead."""
+
+from __future__ import annotations
+
+import pytest
+
+from bert_core.errors import BertPipelineError
+from bert_core.launch import ray_cluster
+from bert_pipeline.cli import main
+from tests import toy_tasks
+from tests.corpus_text import documents, write_segmented
+
+JOB_SERVER = "http://127.0.0.1:8265"
+VOCAB = "tests/fixtures/vocab/uncased_L-12_H-768_A-12.vocab.txt"
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", None), ("10.0.0.5:6379", "10.0.0.5:6379"),
+                                                   ("ray://head:10001", "ray://head:10001"), ("auto", "auto")])
+def test_cluster_addresses_pass(monkeypatch, value, expected):
+    monkeypatch.setenv("RAY_ADDRESS", value)
+    assert ray_cluster.cluster_address() == expected
+
+
+@pytest.mark.parametrize("url", [JOB_SERVER, "https://ray.example.org"])
+def test_a_job_server_url_is_refused_with_what_to_do(monkeypatch, url):
+    monkeypatch.setenv("RAY_ADDRESS", url)
+    with pytest.raises(BertPipelineError, match="job server") as info:
+        ray_cluster.cluster_address()
+    assert f"ray job submit --address {url}" in str(info.value) and "host:6379" in str(info.value)
+
+
+def _refused(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "job server" in err[0] and "ray job submit" in err[0], err
+    return err[0]
+
+
+def test_cli_steps_refuse_a_job_server_url_before_any_work(monkeypatch, tmp_path, capsys, minilm_dir):
+    monkeypatch.setenv("RAY_ADDRESS", JOB_SERVER)
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    write_segmented(tmp_path / "seg.txt", documents(6, seed=3))
+    assert main(["make-shards", str(tmp_path / "seg.txt"), "--output", str(tmp_path / "shards"), "--vocab", VOCAB,
+                 "--no-progress"]) == 2
+    _refused(capsys)
+    assert not (tmp_path / "shards").exists()
+
+    assert main(["pretrain", "--data", str(tmp_path / "none-*.npz"), "--model", "bert_12_768_12",
+                 "--output", str(tmp_path / "model"), "--num-steps", "2", "--num-workers", "2"]) == 2
+    _refused(capsys)
+
+    data = toy_tasks.write_sst2(tmp_path / "sst2")
+    assert main(["finetune", "SST-2", "--data-dir", str(data), "--model", str(minilm_dir), "--output",
+                 str(tmp_path / "ft"), "--num-workers", "2"]) == 2
+    _refused(capsys)
+    assert not (tmp_path / "ft").exists() and not (tmp_path / "model").exists()
+    # Tracking was on (the embedded store under BERT_PIPELINE_HOME): refused before any MLflow run was opened.
+    assert not (tmp_path / "home" / "mlflow.db").exists()

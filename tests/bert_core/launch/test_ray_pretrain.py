@@ -1,0 +1,119 @@
+"""Pretraining on Ray Train V2 (CPU, gloo): 2 workers x batch B == 1 worker x batch 2B, and a worker
+killed mid-run with --max-failures 1 resumes from the last checkpoint and finishes with the same losses."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+import torch
+
+from bert_core.errors import BertPipelineError
+from bert_core.launch.run import run_step
+from bert_core.pretrain.step import PRETRAIN, PretrainConfig, pretrain
+from tests.fault_injection import FailAtStep
+from tests.recording_tracker import RecordingTracker
+from tests.synthetic_shards import tiny_model_config, write_shards
+
+ray = pytest.importorskip("ray")
+
+STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """Local Ray with an S3-compatible server (moto) on loopback in its environment: Ray Train checkpoints may
+    go to s3:// (--storage) like on a real cluster, where every node must see them."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    with pytest.MonkeyPatch.context() as mp:
+        # Set before ray.init: the workers inherit the raylet's environment (credentials are not forwarded).
+        for key, value in (("AWS_ENDPOINT_URL", f"http://{host}:{port}"), ("AWS_ACCESS_KEY_ID", "testing"),
+                           ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_DEFAULT_REGION", "us-east-1")):
+            mp.setenv(key, value)
+        from bert_core.io import storage
+        storage.s3_client().create_bucket(Bucket="ray-ckpt")
+        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+        yield
+        ray.shutdown()
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ray")
+    data = write_shards(root / "shards", num_shards=2, per_shard=32, seq_len=32)
+    model = tiny_model_config(root / "tiny.json")
+
+    def make(name: str, **overrides) -> PretrainConfig:
+        base = dict(data=str(data), output=str(root / name), model=str(model), batch_size=16, num_steps=STEPS,
+                    lr=1e-3, optimizer="adamw", log_interval=1, ckpt_interval=3, progress=False,
+                    storage=str(root / "ray_results"), tracking=False)
+        return PretrainConfig(**{**base, **overrides})
+
+    reference = RecordingTracker()
+    result = pretrain(make("single", ckpt_dir=str(root / "single-ckpt")), reference)
+    return root, make, reference.losses(), result
+
+
+def _mlflow_losses(home, run_id) -> list[float]:
+    client = mlflow.MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
+    history = client.get_metric_history(run_id, "loss")
+    by_step = {m.step: m.value for m in history}  # a restarted worker logs its steps again
+    return [by_step[s] for s in sorted(by_step)]
+
+
+@pytest.fixture
+def tracking_home(setup, monkeypatch):
+    root = setup[0]
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(root / "home"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
+    return root / "home"
+
+
+def test_two_workers_equal_one_worker_with_the_doubled_batch(ray_session, setup, tracking_home):
+    _, make, reference, single = setup
+    result = run_step(PRETRAIN, make("two", batch_size=8, num_workers=2, tracking=True))
+    assert result["training"]["world_size"] == 2 and result["training"]["steps"] == STEPS
+    losses = _mlflow_losses(tracking_home, result["mlflow_run_id"])
+    assert len(losses) == STEPS
+    torch.testing.assert_close(losses, reference, rtol=1e-4, atol=1e-5)
+    for key in ("loss", "mlm_accuracy", "nsp_accuracy"):
+        assert result["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-4, abs=1e-5)
+    run = mlflow.MlflowClient(f"sqlite:///{tracking_home / 'mlflow.db'}").get_run(result["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.data.params["world_size"] == "2"
+    # Re-running the finished command is a no-op; the run's name is taken for new runs without --resume.
+    assert run_step(PRETRAIN, make("two", batch_size=8, num_workers=2))["started_at"] == result["started_at"]
+
+
+def test_killed_worker_resumes_from_the_last_checkpoint(ray_session, setup, tracking_home, monkeypatch):
+    """Checkpoints on S3 (--storage s3://...): the restarted worker group resumes from the one in the bucket."""
+    from bert_core.io import storage
+    from bert_core.launch.ray_train import run_name
+
+    root, make, reference, _ = setup
+    killed = make("killed", batch_size=8, num_workers=2, max_failures=1, tracking=True, storage="s3://ray-ckpt/runs")
+    # rank 1 dies (os._exit) after step 5, first attempt only
+    result = run_step(PRETRAIN, killed, hooks=[FailAtStep(5, rank=1, mode="exit")])
+    assert result["training"]["resumed_from"] is not None  # restarted from step 3's checkpoint
+    saved = storage.list_files(f"s3://ray-ckpt/runs/{run_name(PRETRAIN, killed)}")
+    assert any(name.startswith("step-00000003/") for name in saved), saved[:10]
+    assert result["training"]["steps"] == STEPS
+    assert (root / "killed" / "model.safetensors").is_file()
+    torch.testing.assert_close(_mlflow_losses(tracking_home, result["mlflow_run_id"]), reference,
+                               rtol=1e-4, atol=1e-5)
+    # The run's name is taken: a new run under it needs --resume (or another name).
+    with pytest.raises(BertPipelineError, match="already has state under .*pass --resume"):
+        run_step(PRETRAIN, make("other", batch_size=8, num_workers=2, storage="s3://ray-ckpt/runs", run_name=run_name(PRETRAIN, killed)))
+
+
+def test_paths_are_made_absolute_for_the_workers(tmp_path, monkeypatch):
+    from bert_core.launch.ray_train import absolutize
+
+    monkeypatch.chdir(tmp_path)
+    config = absolutize(PRETRAIN, PretrainConfig(data="shards/*.npz,s3://b/x/*.npz", output="out", model="bert_2_128_2",
+                                       resume="latest"))
+    assert config.data == f"{tmp_path}/shards/*.npz,s3://b/x/*.npz"
+    assert config.output == f"{tmp_path}/out" and config.model == "bert_2_128_2" and config.resume == "latest"

@@ -1,0 +1,296 @@
+"""Numerical parity with transformers' BERT (the reference), and the model's own contracts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from bert_core.errors import BertPipelineError
+from bert_core.model import modeling
+from bert_core.model.config import BertConfig
+from bert_core.model.weights import load_state_into
+
+TOL = 1e-5
+
+HEADS = {
+    "BertModel": modeling.BertModel,
+    "BertForPreTraining": modeling.BertForPreTraining,
+    "BertForMaskedLM": modeling.BertForMaskedLM,
+    "BertForNextSentencePrediction": modeling.BertForNextSentencePrediction,
+    "BertForSequenceClassification": modeling.BertForSequenceClassification,
+    "BertForTokenClassification": modeling.BertForTokenClassification,
+    "BertForQuestionAnswering": modeling.BertForQuestionAnswering,
+}
+
+
+def hf_config(cfg: BertConfig, **extra) -> transformers.BertConfig:
+    return transformers.BertConfig(**{k: v for k, v in cfg.to_hf_dict().items() if k != "do_lower_case"},
+                                   attn_implementation="eager", **extra)
+
+
+def randomize_(model: torch.nn.Module) -> None:
+    """Non-trivial values everywhere (HF init leaves biases 0 and LayerNorm 1, which hides mistakes)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm.weight" in name:
+                p.copy_(1 + 0.1 * torch.randn_like(p))
+            else:
+                p.copy_(0.05 * torch.randn_like(p))
+
+
+def pair(cls_name: str, cfg: BertConfig, **hf_extra):
+    """(ours, HF) with identical weights, loaded through our strict loader from HF's state dict."""
+    hf = getattr(transformers, cls_name)(hf_config(cfg, **hf_extra)).eval()
+    randomize_(hf)
+    ours = HEADS[cls_name](cfg).eval()
+    report = load_state_into(ours, hf.state_dict(), f"hf:{cls_name}")
+    assert report.newly_initialized == []
+    return ours, hf
+
+
+def mixed_batch(cfg: BertConfig, lengths: list[int], seq: int):
+    """Padded batch of the given real lengths, with two segments like BERT inputs."""
+    batch = len(lengths)
+    ids = torch.randint(5, cfg.vocab_size, (batch, seq))
+    types = torch.zeros(batch, seq, dtype=torch.long)
+    mask = torch.zeros(batch, seq, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+        types[i, n // 2:n] = 1
+        ids[i, n:] = 0
+    return ids, types, mask
+
+
+def assert_close_where(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+    if mask is not None:
+        a, b = a[mask.bool()], b[mask.bool()]
+    diff = (a - b).abs().max().item()
+    assert diff <= TOL, f"max abs difference {diff:.3g} > {TOL}"
+
+
+SMALL = BertConfig(vocab_size=211, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                   intermediate_size=96, max_position_embeddings=64, num_labels=3)
+
+
+@pytest.mark.parametrize("static_graph", [False, True])
+def test_bert_base_shape_random_weights_match_reference(static_graph):
+    cfg = BertConfig()  # BERT-base: 12 layers, hidden 768
+    ours, hf = pair("BertModel", cfg)
+    ours.static_graph = static_graph
+    ids, types, mask = mixed_batch(cfg, [48, 37, 9, 24], seq=48)
+    with torch.no_grad():
+        out = ours(ids, types, mask, output_all_encoded_layers=True)
+        ref = hf(input_ids=ids, token_type_ids=types, attention_mask=mask, output_hidden_states=True)
+    # With the packed path, padded positions are zeros by design; real tokens must match exactly.
+    where = None if static_graph else mask
+    assert_close_where(out.sequence_output, ref.last_hidden_state, where)
+    assert_close_where(out.pooled_output, ref.pooler_output)
+    assert len(out.all_encoder_layers) == cfg.num_hidden_layers
+    for mine, theirs in zip(out.all_encoder_layers, ref.hidden_states[1:]):
+        assert_close_where(mine, theirs, where)
+    if not static_graph:
+        assert out.sequence_output[~mask.bool()].abs().max() == 0
+
+
+def test_real_pretrained_weights_match_reference(minilm_dir):
+    ours = modeling.BertModel.from_pretrained(str(minilm_dir))
+    hf = transformers.BertModel.from_pretrained(str(minilm_dir), attn_implementation="eager").eval()
+    ids, types, mask = mixed_batch(ours.config, [32, 17, 5], seq=32)
+    with torch.no_grad():
+        out = ours(ids, types, mask)
+        ref = hf(input_ids=ids, token_type_ids=types, attention_mask=mask)
+        unpadded = ours(ids[:1], types[:1])
+    assert_close_where(out.sequence_output, ref.last_hidden_state, mask)
+    assert_close_where(out.pooled_output, ref.pooler_output)
+    # A sequence gives the same vectors alone as inside a padded batch.
+    assert_close_where(unpadded.sequence_output[0], out.sequence_output[0])
+
+
+def _head_inputs(cls_name: str, cfg: BertConfig, ids, mask):
+    batch, seq = ids.shape
+    if cls_name == "BertForPreTraining":
+        labels = torch.where(torch.rand(batch, seq) < 0.3, ids, torch.full_like(ids, -100))
+        labels[~mask.bool()] = -100
+        return {"labels": labels, "next_sentence_label": torch.randint(0, 2, (batch,))}
+    if cls_name in ("BertForMaskedLM", "BertForTokenClassification"):
+        high = cfg.vocab_size if cls_name == "BertForMaskedLM" else cfg.num_labels
+        labels = torch.randint(0, high, (batch, seq))
+        labels[~mask.bool()] = -100
+        return {"labels": labels}
+    if cls_name == "BertForNextSentencePrediction":
+        return {"labels": torch.randint(0, 2, (batch,))}
+    if cls_name == "BertForSequenceClassification":
+        return {"labels": torch.randint(0, cfg.num_labels, (batch,))}
+    if cls_name == "BertForQuestionAnswering":
+        # One answer beyond the window, which both implementations must ignore.
+        return {"start_positions": torch.tensor([1, 3, seq + 5]), "end_positions": torch.tensor([2, 6, seq + 5])}
+    raise AssertionError(cls_name)
+
+
+LOGIT_FIELDS = {
+    "BertForPreTraining": ("prediction_logits", "seq_relationship_logits"),
+    "BertForQuestionAnswering": ("start_logits", "end_logits"),
+}
+
+
+@pytest.mark.parametrize("static_graph", [False, True])
+@pytest.mark.parametrize("cls_name", [n for n in HEADS if n != "BertModel"])
+def test_every_head_logits_and_loss_match_reference(cls_name, static_graph):
+    # HF sizes qa_outputs by num_labels; a QA head always has exactly two outputs (start, end).
+    cfg = SMALL.replace(num_labels=2) if cls_name == "BertForQuestionAnswering" else SMALL
+    ours, hf = pair(cls_name, cfg)
+    ours.bert.static_graph = static_graph
+    ids, types, mask = mixed_batch(cfg, [20, 13, 7], seq=20)
+    kwargs = _head_inputs(cls_name, cfg, ids, mask)
+    with torch.no_grad():
+        out = ours(ids, types, mask, **kwargs)
+        ref = hf(input_ids=ids, token_type_ids=types, attention_mask=mask, **kwargs)
+    token_level = cls_name in ("BertForMaskedLM", "BertForTokenClassification", "BertForQuestionAnswering",
+                               "BertForPreTraining")
+    for field in LOGIT_FIELDS.get(cls_name, ("logits",)):
+        ours_t, ref_t = getattr(out, field), getattr(ref, field)
+        assert ours_t.shape == ref_t.shape
+        per_token = token_level and field != "seq_relationship_logits"
+        assert_close_where(ours_t, ref_t, mask if per_token and not static_graph else None)
+    if cls_name != "BertForQuestionAnswering":
+        assert abs(out.loss.item() - ref.loss.item()) <= TOL
+    else:
+        # QA's loss leaves padded positions out of the softmax (HF's runs over every position): it equals
+        # HF's loss computed on the logits with the padding masked out, in the packed and static paths alike.
+        start, end = kwargs["start_positions"], kwargs["end_positions"]
+        ignored = ref.start_logits.shape[1]
+        pad = ~mask.bool()
+        expected = (torch.nn.functional.cross_entropy(ref.start_logits.masked_fill(pad, -1e30),
+                                                      start.clamp(0, ignored), ignore_index=ignored)
+                    + torch.nn.functional.cross_entropy(ref.end_logits.masked_fill(pad, -1e30),
+                                                        end.clamp(0, ignored), ignore_index=ignored)) / 2
+        assert abs(out.loss.item() - expected.item()) <= TOL
+        if mask.all():
+            assert abs(out.loss.item() - ref.loss.item()) <= TOL
+
+
+def test_regression_head_uses_mse_like_reference():
+    cfg = SMALL.replace(num_labels=1)
+    ours, hf = pair("BertForSequenceClassification", cfg)
+    ids, types, mask = mixed_batch(cfg, [12, 9], seq=12)
+    labels = torch.tensor([0.5, 3.75])
+    with torch.no_grad():
+        out, ref = ours(ids, types, mask, labels=labels), hf(input_ids=ids, token_type_ids=types,
+                                                              attention_mask=mask, labels=labels)
+    assert out.logits.shape == (2, 1)
+    expected = torch.nn.functional.mse_loss(out.logits.squeeze(-1), labels)
+    assert out.loss.item() == pytest.approx(expected.item(), abs=1e-6)
+    assert abs(out.loss.item() - ref.loss.item()) <= TOL
+
+
+def test_pretraining_with_masked_positions_equals_google_weighted_loss():
+    model = modeling.BertForPreTraining(SMALL).eval()
+    ids, types, mask = mixed_batch(SMALL, [16, 11], seq=16)
+    positions = torch.tensor([[1, 4, 7, 0], [2, 3, 0, 0]])
+    weights = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    targets = torch.tensor([[10, 11, 12, 0], [13, 14, 0, 0]])
+    nsp = torch.tensor([0, 1])
+    with torch.no_grad():
+        out = model(ids, types, mask, masked_lm_positions=positions, masked_lm_ids=targets,
+                    masked_lm_weights=weights, next_sentence_label=nsp)
+        full = model(ids, types, mask)
+    assert out.prediction_logits.shape == (2, 4, SMALL.vocab_size)  # decoder ran only at the positions
+    # Same logits as the full decoder at those positions.
+    gathered = torch.stack([full.prediction_logits[b, positions[b]] for b in range(2)])
+    assert_close_where(out.prediction_logits, gathered)
+    # Google's loss: sum(w * nll) / (sum(w) + 1e-5), plus the NSP mean.
+    logp = torch.log_softmax(gathered, -1)
+    nll = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    mlm = (nll * weights).sum() / (weights.sum() + 1e-5)
+    nsp_loss = torch.nn.functional.cross_entropy(out.seq_relationship_logits, nsp)
+    assert out.mlm_loss.item() == pytest.approx(mlm.item(), abs=1e-5)
+    assert out.loss.item() == pytest.approx((mlm + nsp_loss).item(), abs=1e-5)
+
+
+def test_mlm_decoder_is_tied_to_word_embeddings():
+    model = modeling.BertForPreTraining(SMALL)
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    ids, types, mask = mixed_batch(SMALL, [8], seq=8)
+    model(ids, types, mask, labels=ids).loss.backward()
+    # One parameter, one gradient: the optimizer sees it once.
+    names = [n for n, _ in model.named_parameters()]
+    assert "cls.predictions.decoder.weight" not in names
+    assert model.bert.embeddings.word_embeddings.weight.grad is not None
+
+
+def test_bert_initialisation():
+    cfg = BertConfig(initializer_range=0.02)
+    model = modeling.BertForPreTraining(cfg)
+    w = model.bert.encoder.layer[3].intermediate.dense.weight
+    assert abs(w.std().item() - 0.02) < 1e-3 and abs(w.mean().item()) < 1e-3
+    assert model.bert.encoder.layer[3].intermediate.dense.bias.abs().max() == 0
+    ln = model.bert.encoder.layer[0].output.LayerNorm
+    assert torch.all(ln.weight == 1) and torch.all(ln.bias == 0)
+    assert abs(model.bert.embeddings.word_embeddings.weight.std().item() - 0.02) < 1e-3
+
+
+def test_attention_uses_sdpa(monkeypatch):
+    calls = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("attn_mask"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(modeling.F, "scaled_dot_product_attention", spy)
+    model = modeling.BertModel(SMALL).eval()
+    ids, types, mask = mixed_batch(SMALL, [10, 4], seq=10)
+    model(ids, types, mask)
+    assert len(calls) == SMALL.num_hidden_layers and calls[0].shape == (2, 1, 1, 10)
+
+
+def test_training_mode_dropout_and_backward_through_packed_path():
+    model = modeling.BertForSequenceClassification(SMALL).train()
+    ids, types, mask = mixed_batch(SMALL, [10, 4, 7], seq=10)
+    out1 = model(ids, types, mask, labels=torch.tensor([0, 1, 2]))
+    out2 = model(ids, types, mask, labels=torch.tensor([0, 1, 2]))
+    assert not torch.equal(out1.logits, out2.logits)  # dropout is active
+    out1.loss.backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_bad_inputs_have_clear_errors():
+    model = modeling.BertModel(SMALL).eval()
+    with pytest.raises(BertPipelineError, match="outside the vocabulary"):
+        model(torch.tensor([[1, 2, SMALL.vocab_size]]))
+    with pytest.raises(BertPipelineError, match="outside the vocabulary"):
+        model(torch.tensor([[1, -3]]))
+    with pytest.raises(BertPipelineError, match="exceeds max_position_embeddings"):
+        model(torch.ones(1, SMALL.max_position_embeddings + 1, dtype=torch.long))
+    with pytest.raises(BertPipelineError, match="token_type_ids"):
+        model(torch.ones(1, 4, dtype=torch.long), token_type_ids=torch.full((1, 4), 2))
+    with pytest.raises(BertPipelineError, match="attention_mask shape"):
+        model(torch.ones(1, 4, dtype=torch.long), attention_mask=torch.ones(1, 5))
+
+
+def test_bf16_autocast_runs_and_stays_close():
+    model = modeling.BertForSequenceClassification(SMALL).eval()
+    ids, types, mask = mixed_batch(SMALL, [12, 5], seq=12)
+    with torch.no_grad():
+        ref = model(ids, types, mask).logits
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = model(ids, types, mask).logits
+    assert torch.isfinite(low).all()
+    assert (low.float() - ref).abs().max() < 0.1
+
+
+@pytest.mark.parametrize("seq", [16, 128])
+def test_encoder_flops_per_token_counts_what_the_model_computes(seq):
+    """The MFU figures of bench/pretrain_throughput.py divide by this count: it must equal the matmul FLOPs
+    torch's own counter sees in a forward pass (attention on the math kernel, whose products it can see)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                     intermediate_size=256, max_position_embeddings=128)
+    model = modeling.BertModel(cfg, add_pooling_layer=False).eval()
+    ids = torch.randint(0, 100, (2, seq))
+    with FlopCounterMode(display=False) as counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        model(ids)
+    assert counter.get_total_flops() == modeling.encoder_flops_per_token(cfg, seq) * ids.numel()

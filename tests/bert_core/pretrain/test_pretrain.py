@@ -1,0 +1,287 @@
+"""In-process pretraining: overfitting a tiny language, accumulation, exact resume, checkpoints, bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from bert_core.errors import BertPipelineError, CheckpointMismatchError
+from bert_core.io import manifest
+from bert_core.model.modeling import BertForPreTraining
+from bert_core.pretrain.step import PretrainConfig, pretrain
+from bert_core.pretrain.stream import PretrainStream, ShardSet, StreamConfig
+from bert_core.train.loop import NonFiniteLossError
+from tests.fault_injection import FailAtStep
+from tests.recording_tracker import RecordingTracker
+from tests.synthetic_shards import tiny_model_config, write_shards
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_shards(tmp_path_factory.mktemp("data") / "shards", num_shards=2, per_shard=32, seq_len=32)
+
+
+@pytest.fixture
+def cfg(data, tmp_path):
+    model = tiny_model_config(tmp_path / "tiny.json")
+
+    def make(**overrides) -> PretrainConfig:
+        base = dict(data=str(data), output=str(tmp_path / "out"), model=str(model), batch_size=16,
+                    num_steps=6, lr=1e-3, optimizer="adamw", warmup_ratio=0.1, log_interval=1,
+                    ckpt_interval=0, progress=False, tracking=False)
+        return PretrainConfig(**{**base, **overrides})
+
+    return make
+
+
+def test_tiny_model_overfits_the_tiny_language(cfg, tmp_path):
+    model_json = tiny_model_config(tmp_path / "m64.json", hidden=64, heads=4)
+    tracker = RecordingTracker()
+    result = pretrain(cfg(model=str(model_json), num_steps=200, lr=3e-3, batch_size=16, warmup_ratio=0.05,
+                          log_interval=20, weight_decay=0.0), tracker)
+    metrics = result["metrics"]
+    assert metrics["mlm_accuracy"] > 0.9, metrics
+    assert metrics["nsp_accuracy"] > 0.95, metrics
+    assert result["training"]["metrics_on"] == "training data"
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "manifest.json", "model.safetensors"]
+    assert manifest.verify_outputs(out) == []
+    assert len(result["inputs"]) == 2 and all(len(e["sha256"]) == 64 for e in result["inputs"])
+    reloaded = BertForPreTraining.from_pretrained(str(out))
+    assert reloaded.config.hidden_size == 64
+    losses = tracker.losses()
+    assert losses[-1] < losses[0] / 4
+    assert {"learning_rate", "loss_scale", "grad_norm", "tokens_per_s", "mlm_accuracy", "nsp_accuracy"} <= set(
+        tracker.metrics[0][1])
+
+
+def test_pretrained_dir_is_the_starting_point(cfg, tmp_path):
+    """--pretrained DIR continues from those weights: step 1's loss is the trained model's, not a fresh one's."""
+    pretrain(cfg(num_steps=30, lr=3e-3, output=str(tmp_path / "first")))
+    fresh, continued = RecordingTracker(), RecordingTracker()
+    pretrain(cfg(num_steps=2, output=str(tmp_path / "fresh")), fresh)
+    pretrain(cfg(num_steps=2, output=str(tmp_path / "continued"), model=None, pretrained=str(tmp_path / "first")),
+             continued)
+    assert continued.losses()[0] < fresh.losses()[0] - 0.3
+    done = manifest.read(tmp_path / "continued")
+    assert done["config"]["pretrained"] == str(tmp_path / "first")
+    assert any(i["uri"].startswith(str(tmp_path / "first")) for i in done["inputs"])  # its weights are an input
+
+
+def test_accumulation_equals_the_doubled_batch(cfg, tmp_path):
+    runs = {}
+    for name, kwargs in {"accumulate": dict(batch_size=8, accumulate=2), "batch": dict(batch_size=16)}.items():
+        tracker = RecordingTracker()
+        pretrain(cfg(output=str(tmp_path / name), num_steps=5, **kwargs), tracker)
+        runs[name] = tracker.losses()
+    assert len(runs["batch"]) == 5
+    torch.testing.assert_close(runs["accumulate"], runs["batch"], rtol=1e-5, atol=1e-6)
+
+
+def test_kill_and_resume_equals_uninterrupted(cfg, tmp_path, monkeypatch):
+    dropout_model = tiny_model_config(tmp_path / "dropout.json", dropout=0.1)  # RNG state must resume too
+    common = dict(model=str(dropout_model), num_steps=7, ckpt_interval=2, optimizer="lamb")
+    straight = RecordingTracker()
+    pretrain(cfg(output=str(tmp_path / "straight"), ckpt_dir=str(tmp_path / "ck1"), **common), straight)
+
+    killed = RecordingTracker()
+    with pytest.raises(RuntimeError, match="injected failure at step 5"):
+        pretrain(cfg(output=str(tmp_path / "resumed"), ckpt_dir=str(tmp_path / "ck2"), **common), killed,
+                 hooks=[FailAtStep(5)])
+    assert not (tmp_path / "resumed").exists()  # no final model from a killed run
+    assert (tmp_path / "ck2" / "latest").read_text().strip() == "step-00000004"
+    resumed = RecordingTracker()
+    result = pretrain(cfg(output=str(tmp_path / "resumed"), ckpt_dir=str(tmp_path / "ck2"), resume="latest",
+                          **common), resumed)
+    assert result["training"]["resumed_from"].endswith("step-00000004")
+    assert [s for s, m in resumed.metrics if "learning_rate" in m] == [5, 6, 7]
+    assert killed.losses()[:4] + resumed.losses() == straight.losses()  # exactly, step by step
+    assert result["metrics"] == pytest.approx(json.loads((tmp_path / "straight" / "manifest.json").read_text())[
+        "metrics"], rel=0, abs=0)
+
+
+def test_checkpoints_are_model_dirs_and_pruned(cfg, tmp_path):
+    ck = tmp_path / "ck"
+    pretrain(cfg(ckpt_dir=str(ck), ckpt_interval=1, num_steps=5, keep_checkpoints=2))
+    assert sorted(p.name for p in ck.iterdir()) == ["latest", "step-00000003", "step-00000004"]
+    assert sorted(p.name for p in (ck / "step-00000004").iterdir()) == [
+        "config.json", "model.safetensors", "training_state.pt"]
+    state = torch.load(ck / "step-00000004" / "training_state.pt", weights_only=True)
+    assert state["step"] == 4 and state["data_position"]["batches"] == 4
+    BertForPreTraining.from_pretrained(str(ck / "step-00000004"))
+
+
+def test_rerun_is_a_no_op_and_output_is_protected(cfg, tmp_path):
+    first = pretrain(cfg(num_steps=2))
+    again = pretrain(cfg(num_steps=2, resume="latest", log_interval=5))  # launch settings do not matter
+    assert again["started_at"] == first["started_at"]
+    with pytest.raises(BertPipelineError, match="already exists and is not this run's result; pass --overwrite"):
+        pretrain(cfg(num_steps=3))
+    assert manifest.read(tmp_path / "out")["config"]["num_steps"] == 2
+    assert pretrain(cfg(num_steps=3, overwrite=True))["config"]["num_steps"] == 3
+
+
+def test_eval_data_epochs_and_bf16(cfg, data, tmp_path):
+    eval_dir = write_shards(tmp_path / "eval", num_shards=1, per_shard=20, seed=9)
+    tracker = RecordingTracker()
+    result = pretrain(cfg(data_eval=str(eval_dir), epochs=2, num_steps=None, dtype="bfloat16", eval_interval=2,
+                          num_buckets=2), tracker)
+    stream = PretrainStream(ShardSet(str(data)), StreamConfig(16, 0, num_buckets=2))
+    assert result["training"]["total_steps"] == stream.batches_in_epoch(0) + stream.batches_in_epoch(1)
+    assert result["training"]["metrics_on"] == "data_eval"
+    assert {"loss", "mlm_accuracy", "nsp_accuracy"} <= set(result["metrics"])
+    assert any("eval_mlm_accuracy" in m for _, m in tracker.metrics)
+    assert tracker.tags["data_sha256"] and tracker.params["dtype"] == "bfloat16"
+    assert str(data / "manifest.json") in tracker.artifacts
+    assert tracker.models == [["config.json", "manifest.json", "model.safetensors"]]
+
+
+def test_fp16_runs_with_loss_scale(cfg):
+    tracker = RecordingTracker()
+    pretrain(cfg(dtype="float16", num_steps=3), tracker)
+    assert tracker.metrics[0][1]["loss_scale"] == 2.0 ** 16
+
+
+def test_no_shards_and_vocab_mismatch(cfg, tmp_path):
+    with pytest.raises(BertPipelineError, match=r"no shards match .*missing/part-\*\.npz"):
+        pretrain(cfg(data=str(tmp_path / "missing" / "part-*.npz")))
+    wide = write_shards(tmp_path / "wide", num_shards=1, manifest=False, vocab_size=300)
+    with pytest.raises(BertPipelineError, match=r"wide/part-00000\.npz: token id \d+ is outside .*vocab_size=40"):
+        pretrain(cfg(data=str(wide)))
+    assert not (tmp_path / "out").exists()
+
+
+def test_resume_from_another_architecture(cfg, tmp_path):
+    pretrain(cfg(ckpt_dir=str(tmp_path / "ck"), ckpt_interval=2, num_steps=3))
+    other = tiny_model_config(tmp_path / "other.json", hidden=48, heads=2)
+    with pytest.raises(CheckpointMismatchError, match=r"step-00000002: checkpoint is from a different architecture: "
+                                                      r"hidden_size=32 \(model: 48\)"):
+        pretrain(cfg(output=str(tmp_path / "out2"), model=str(other), ckpt_dir=str(tmp_path / "ck"), resume="latest"))
+    assert not (tmp_path / "out2").exists()
+    with pytest.raises(BertPipelineError, match="--resume: no checkpoint in"):
+        pretrain(cfg(output=str(tmp_path / "out3"), ckpt_dir=str(tmp_path / "none"), resume="latest"))
+    fresh = pretrain(cfg(output=str(tmp_path / "out4"), ckpt_dir=str(tmp_path / "none"), resume="auto"))
+    assert fresh["training"]["resumed_from"] is None
+
+
+def test_nan_loss_in_fp32_names_the_step_and_overwrites_nothing(cfg, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "previous-model.txt").write_text("keep me")
+    calls = {"n": 0}
+    forward = BertForPreTraining.forward
+
+    def poisoned(self, *args, **kwargs):
+        result = forward(self, *args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 3:
+            result.prediction_logits = result.prediction_logits * float("nan")
+        return result
+
+    monkeypatch.setattr(BertForPreTraining, "forward", poisoned)
+    with pytest.raises(NonFiniteLossError, match=r"step 3: the loss is nan .* in float32"):
+        pretrain(cfg(overwrite=True))
+    assert [p.name for p in out.iterdir()] == ["previous-model.txt"]
+    assert not list(tmp_path.glob(".out.tmp-*"))
+
+
+def test_config_validation(cfg):
+    with pytest.raises(BertPipelineError, match="exactly one of --model"):
+        pretrain(dataclasses.replace(cfg(), pretrained="x"))
+    with pytest.raises(BertPipelineError, match="exactly one of --num-steps and --epochs"):
+        pretrain(cfg(epochs=1))
+    with pytest.raises(BertPipelineError, match="--optimizer must be one of"):
+        pretrain(cfg(optimizer="sgd"))
+    with pytest.raises(BertPipelineError, match=r"--watch-fraction must be in \(0, 1\), got 1.5"):
+        pretrain(cfg(watch_fraction=1.5))
+    with pytest.raises(BertPipelineError, match="--lr must be positive"):
+        pretrain(cfg(lr=0.0))
+
+
+def test_cli_help_and_runs(cfg, data, tmp_path, monkeypatch, capsys):
+    import argparse
+
+    from bert_pipeline.cli import main
+    from bert_pipeline.commands import pretrain as command
+
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    flags = {a.option_strings[0]: a.help for a in parser._actions if a.option_strings and a.dest != "help"}
+    assert {"--data", "--data-eval", "--model", "--pretrained", "--output", "--batch-size", "--accumulate", "--lr",
+            "--warmup-ratio", "--num-steps", "--epochs", "--optimizer", "--weight-decay", "--max-grad-norm",
+            "--dtype", "--ckpt-interval", "--ckpt-dir", "--resume", "--log-interval", "--num-buckets",
+            "--use-avg-len", "--seed", "--num-workers", "--use-gpu", "--storage", "--max-failures",
+            "--no-tracking", "--tracking-uri"} <= set(flags)
+    assert all(flags.values())
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    model = cfg().model
+    out = tmp_path / "cli-out"
+    args = ["pretrain", "--data", f"{data}/part-*.npz", "--model", model, "--output", str(out), "--num-steps", "2",
+            "--batch-size", "8", "--no-tracking", "--no-progress", "--ckpt-interval", "0"]
+    assert main(args) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["output"] == str(out) and 0 <= printed["mlm_accuracy"] <= 1
+    assert main(args) == 0  # up to date: a no-op
+    capsys.readouterr()  # (the tiny run's learning-check warnings)
+
+    assert main(["pretrain", "--data", str(tmp_path / "none-*.npz"), "--model", model, "--output",
+                 str(tmp_path / "x"), "--num-steps", "2", "--no-tracking"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error: no shards match" in err[0]
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    """An S3-compatible server on loopback (moto); dummy credentials that only it accepts."""
+    moto_server = pytest.importorskip("moto.server")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    from bert_core.io import storage
+    storage.s3_client().create_bucket(Bucket="bert")
+    yield storage
+    server.stop()
+
+
+def test_s3_shards_checkpoints_and_output(cfg, data, s3, tmp_path):
+    for path in sorted(data.iterdir()):
+        s3.upload_file(path, f"s3://bert/shards/{path.name}")
+    common = dict(data="s3://bert/shards/part-*.npz", output="s3://bert/models/tiny", ckpt_dir="s3://bert/ckpt",
+                  ckpt_interval=2, num_steps=4)
+    straight = RecordingTracker()
+    pretrain(cfg(**{**common, "output": "s3://bert/models/straight", "ckpt_dir": "s3://bert/ck0"}), straight)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        pretrain(cfg(**common), hooks=[FailAtStep(3)])
+    assert not s3.exists("s3://bert/models/tiny")
+    assert s3.exists("s3://bert/ckpt/step-00000002/training_state.pt")
+    resumed = RecordingTracker()
+    result = pretrain(cfg(**common, resume="latest"), resumed)
+    assert result["training"]["resumed_from"] is not None
+    assert resumed.losses() == straight.losses()[2:]
+    assert {"config.json", "model.safetensors", "manifest.json"} <= set(s3.list_files("s3://bert/models/tiny"))
+    assert BertForPreTraining.from_pretrained("s3://bert/models/tiny").config.hidden_size == 32
+
+
+def test_output_carries_the_vocab_the_shards_were_made_with(cfg, tmp_path):
+    """make-shards records `vocab: {uri, sha256, size}` in its manifest: the size is checked against the
+    model, and the file goes into the model directory."""
+    data = write_shards(tmp_path / "shards", num_shards=1)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"tok{i}\n" for i in range(40)))
+    meta = json.loads((data / "manifest.json").read_text())
+    meta["vocab"] = {"uri": str(vocab), "sha256": manifest.sha256_file(vocab), "size": 40}
+    (data / "manifest.json").write_text(json.dumps(meta))
+    pretrain(cfg(data=str(data), num_steps=1, batch_size=8))
+    assert (tmp_path / "out" / "vocab.txt").read_text() == vocab.read_text()
+    meta["vocab"]["size"] = 30522
+    (data / "manifest.json").write_text(json.dumps(meta))
+    with pytest.raises(BertPipelineError, match="shards were made with a vocabulary of 30522 tokens"):
+        pretrain(cfg(data=str(data), output=str(tmp_path / "out2"), num_steps=1, batch_size=8))

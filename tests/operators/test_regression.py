@@ -1,0 +1,52 @@
+"""The nightly regression rule: tolerances, direction of each metric, missing values, and the report."""
+
+from __future__ import annotations
+
+import math
+
+from operators.regression import Tolerances, compare, plot_history, render_report
+
+TOL = Tolerances(quality=0.01, throughput=0.2)
+
+
+def _by_key(findings):
+    return {f.key: f for f in findings}
+
+
+def test_drops_within_tolerance_pass_and_beyond_fail():
+    reference = {"bert-sst-2/accuracy": 0.90, "bert-squad/f1": 80.0, "throughput/minilm/train": 1.40}
+    current = {"bert-sst-2/accuracy": 0.8911,  # -0.0089 < 1% of 0.90 (0.009)
+               "bert-squad/f1": 79.1,  # -0.9 > 1% of 80 (0.8)
+               "throughput/minilm/train": 1.13}  # -0.27 < 20% of 1.40 (0.28)
+    found = _by_key(compare(current, reference, TOL))
+    assert not found["bert-sst-2/accuracy"].regressed
+    assert found["bert-squad/f1"].regressed and math.isclose(found["bert-squad/f1"].allowed_drop, 0.8)
+    assert not found["throughput/minilm/train"].regressed
+    assert _by_key(compare({"throughput/minilm/train": 1.11}, reference, TOL, ["throughput/minilm/train"])) \
+        ["throughput/minilm/train"].regressed
+
+
+def test_improvements_never_regress_and_loss_is_lower_is_better():
+    found = _by_key(compare({"m/accuracy": 0.99, "m/loss": 2.5}, {"m/accuracy": 0.5, "m/loss": 2.0}, TOL))
+    assert not found["m/accuracy"].regressed
+    assert found["m/loss"].regressed  # loss went up by 25%
+    assert not _by_key(compare({"m/loss": 1.0}, {"m/loss": 2.0}, TOL))["m/loss"].regressed
+
+
+def test_missing_or_nan_tonight_is_a_regression_and_no_reference_is_not():
+    found = _by_key(compare({"a/f1": float("nan")}, {"a/f1": 50.0, "b/f1": 40.0, "c/f1": float("nan")}, TOL))
+    assert found["a/f1"].regressed and found["a/f1"].note == "no value tonight"
+    assert found["b/f1"].regressed
+    assert not found["c/f1"].regressed and found["c/f1"].note == "no reference value"
+
+
+def test_report_says_what_regressed_and_embeds_plots(tmp_path):
+    findings = compare({"m/accuracy": 0.7}, {"m/accuracy": 0.8}, TOL)
+    history = [{"label": "n1", "metrics": {"m/accuracy": 0.8}}, {"label": "tonight", "metrics": {"m/accuracy": 0.7}}]
+    plots = plot_history(history, ["m/accuracy"], tmp_path)
+    assert [p.name for p in plots] == ["m.png"] and plots[0].read_bytes()[:4] == b"\x89PNG"
+    report = render_report("nightly", [("vs last", "why", findings)], ["a note"], ["plots/m.png"])
+    assert "**FAILED: 1 regression(s)**: m/accuracy" in report
+    assert "| m/accuracy | 0.7 | 0.8 | -0.1 | 0.008 | REGRESSED |" in report
+    assert "![m](plots/m.png)" in report and "- a note" in report
+    assert "**PASSED**" in render_report("nightly", [("vs last", "why", [])], [], [])
