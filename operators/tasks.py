@@ -6,6 +6,7 @@ They know nothing about Airflow: a DAG wraps them in `@task`, and tests call the
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
@@ -110,7 +111,7 @@ def validate_shards(shards_dir: str) -> dict[str, Any]:
 
 @on_ray_cluster_when_asked
 def pretrain(shards_dir: str, output: str, model: str, num_workers: int = 2, num_steps: int = 40,
-             batch_size: int = 16, lr: float | None = None, vocab: str | None = None, seed: int = 0,
+             batch_size: int = 32, lr: float | None = None, vocab: str | None = None, seed: int = 0,
              data_eval: str | None = None) -> dict[str, Any]:
     """Pretrain from scratch; on Ray Train (local Ray unless RAY_ADDRESS) when num_workers > 1. lr None: the
     library's default rule (bert_core.pretrain.recipe), as the CLI. `data_eval`: held-out shards, on which the
@@ -131,11 +132,11 @@ def pretrain(shards_dir: str, output: str, model: str, num_workers: int = 2, num
 
 
 @on_ray_cluster_when_asked
-def finetune(task: str, data_dir: str, model: str, output: str, epochs: int = 1, batch_size: int = 16,
-             lr: float = 1e-4, max_len: int = 32, max_seq_length: int = 64, doc_stride: int = 32,
-             max_query_length: int = 16, num_workers: int = 1, use_gpu: bool = False) -> dict[str, Any]:
-    """Fine-tune `model` on `task` (on Ray Train with num_workers > 1); the MLflow run (experiment
-    bert-finetune/<task>) holds the logged model."""
+def finetune(task: str, data_dir: str, model: str, output: str,
+             settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fine-tune `model` on `task` (on Ray Train with settings num_workers > 1); the MLflow run (experiment
+    bert-finetune/<task>) holds the logged model. `settings`: FinetuneConfig fields (epochs, lr, doc_stride,
+    ...); the library's defaults for the rest, so no default is written here."""
     from bert_core.errors import BertPipelineError
     from bert_core.finetune.step import FINETUNE, FinetuneConfig
     from bert_core.finetune.tasks import registry as tasks
@@ -144,10 +145,12 @@ def finetune(task: str, data_dir: str, model: str, output: str, epochs: int = 1,
     from bert_core.launch.run import run_step
 
     name = tasks.get(task).name
-    config = FinetuneConfig(task=name, data_dir=data_dir, model=model, output=output, epochs=epochs,
-                            batch_size=batch_size, lr=lr, max_len=max_len, max_seq_length=max_seq_length,
-                            doc_stride=doc_stride, max_query_length=max_query_length, warmup_ratio=0.1,
-                            num_workers=num_workers, use_gpu=use_gpu)
+    settings = dict(settings or {})
+    known = {f.name for f in dataclasses.fields(FinetuneConfig)} - {"task", "data_dir", "model", "output"}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise BertPipelineError(f"finetune settings: unknown {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    config = FinetuneConfig(task=name, data_dir=data_dir, model=model, output=output, **settings)
     ensure_experiment(f"bert-finetune/{name}")
     tracker = build_tracker(True, experiment=f"bert-finetune/{name}")
     try:

@@ -31,7 +31,8 @@ PARAMS = {
                               "unless RAY_ADDRESS is set)."),
     "pretrain_steps": Param(300, type="integer", minimum=1, description="Pretraining optimizer steps (300 reach "
                             "a held-out masked-LM accuracy well above chance; see the README)."),
-    "pretrain_batch_size": Param(16, type="integer", minimum=1, description="Sequences per worker per step."),
+    "pretrain_batch_size": Param(32, type="integer", minimum=1,
+                                 description="Sequences per step, all workers together (a multiple of pretrain_workers)."),
     "holdout_fraction": Param(0.1, type="number", exclusiveMinimum=0, maximum=0.5,
                               description="Share of the corpus documents held out to score the pretrained model "
                               "(the promotion gate reads that score)."),
@@ -41,6 +42,10 @@ PARAMS = {
                               "in the task's process; 1: in it too, unless RAY_ADDRESS names a cluster to run on."),
     "finetune_lr": Param(1e-4, type="number", description="Fine-tuning peak learning rate."),
 }
+
+
+# Sizes for the bundled tiny data (short sentences, small SQuAD contexts): the demo finishes in minutes.
+DEMO_FINETUNE = {"batch_size": 16, "max_len": 32, "max_seq_length": 64, "doc_stride": 32, "max_query_length": 16}
 
 
 @dag(dag_id="bert_demo", schedule=None, catchup=False, params=PARAMS, tags=["bert", "demo"],
@@ -79,8 +84,8 @@ def bert_demo():
     @bert_task
     def finetune(task_name: str, data_dir: str, model: str, work_dir: str, epochs_param: str, params=None) -> dict:
         return ops.finetune(task_name, data_dir, model, f"{work_dir}/finetune-{task_name}",
-                            epochs=params[epochs_param], lr=params["finetune_lr"],
-                            num_workers=params["finetune_workers"])
+                            {**DEMO_FINETUNE, "epochs": params[epochs_param], "lr": params["finetune_lr"],
+                             "num_workers": params["finetune_workers"]})
 
     @bert_task
     def evaluate(finetuned: dict, work_dir: str) -> dict:

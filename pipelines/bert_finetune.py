@@ -35,11 +35,9 @@ def bert_finetune():
 
     @bert_task
     def finetune(spec: dict, params=None) -> dict:
-        return {**spec, **ops.finetune(spec["task"], spec["data_dir"], spec["model"], spec["output"],
-                                       epochs=params["epochs"], batch_size=params["batch_size"], lr=params["lr"],
-                                       max_len=params["max_len"], max_seq_length=params["max_seq_length"],
-                                       doc_stride=128, max_query_length=64, num_workers=params["num_workers"],
-                                       use_gpu=params["use_gpu"])}
+        settings = {k: params[k] for k in ("epochs", "batch_size", "lr", "max_len", "max_seq_length", "num_workers",
+                                           "use_gpu")}
+        return {**spec, **ops.finetune(spec["task"], spec["data_dir"], spec["model"], spec["output"], settings)}
 
     @bert_task
     def evaluate(finetuned: dict) -> dict:

@@ -24,7 +24,8 @@ PARAMS = {
                    "name or config.json)."),
     "num_workers": Param(2, type="integer", minimum=1, description="Ray Train workers."),
     "num_steps": Param(100, type="integer", minimum=1, description="Optimizer steps."),
-    "batch_size": Param(32, type="integer", minimum=1, description="Sequences per worker per step."),
+    "batch_size": Param(64, type="integer", minimum=1,
+                        description="Sequences per step, all workers together (a multiple of num_workers)."),
     "lr": Param(None, type=["null", "number"], description="Peak learning rate; empty: the default rule for the "
                 "model width and global batch (docs/pretraining.md)."),
     "holdout_fraction": Param(0.05, type="number", exclusiveMinimum=0, maximum=0.5,

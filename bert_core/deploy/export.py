@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from bert_core.errors import BertPipelineError
+from bert_core.finetune.config import SquadOptions
 from bert_core.io import manifest, storage
 from bert_core.metrics.scoring import score_predictions
 from bert_core.model.modeling import (
@@ -33,6 +34,7 @@ from bert_core.model.modeling import (
     BertForSequenceClassification,
     BertPreTrainedModel,
 )
+from bert_core.options import option
 
 log = logging.getLogger(__name__)
 
@@ -40,38 +42,37 @@ TASKS = ("classification", "regression", "question_answering")
 INPUT_NAMES = ["input_ids", "token_type_ids", "attention_mask"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ExportConfig:
-    task: str
-    output: str
-    model: str | None = None  # model dir / URI / zoo name; None only with random_weights
-    model_config: str | None = None  # architecture for random weights (zoo name or config.json)
-    random_weights: bool = False
-    seq_length: int = 128
-    batch_size: int = 1
-    dynamic_batch: bool = False
-    format: str = "onnx"
-    quantize: str | None = None  # "int8": ONNX Runtime dynamic quantisation
-    num_labels: int | None = None
-    overwrite: bool = False
+    """All `bert-pipeline export` settings (flags generated from these fields)."""
+
+    task: str = option(help="which head to export: sequence classification, regression (one output) or SQuAD QA",
+                       choices=("classification", "regression", "question_answering"))
+    model: str | None = option(None, "fine-tuned model directory, s3:// URI or zoo name", metavar="DIR")
+    output: str = option(help="export directory to create", metavar="DIR_OR_URI")
+    seq_length: int = option(128, "static sequence length")
+    batch_size: int = option(1, "static batch size", exclusive="batch")
+    dynamic_batch: bool = option(False, "leave the batch dimension dynamic", exclusive="batch")
+    format: str = option("onnx", "onnx (ONNX Runtime) or pt2 (torch.export program; torch only)",
+                         choices=("onnx", "pt2"))
+    quantize: str | None = option(None, "also write an INT8 dynamically quantised ONNX graph (ONNX Runtime dynamic "
+                                  "quantisation); with --eval-data, its metric is reported next to the fp32 "
+                                  "graph's, with the difference", choices=("int8",))
     # Labelled data to score the fp32 and INT8 graphs on: a GLUE/XNLI-style TSV (eval_task names the
     # task) for classification/regression, a SQuAD JSON file (v1.1 or v2.0) for question answering.
-    eval_data: str | None = None
-    eval_task: str | None = None
-
-
-@dataclass
-class SquadOptions:
-    """How SQuAD input is windowed and answers are picked (the flags of `finetune` and `predict`)."""
-
-    doc_stride: int = 128
-    max_query_length: int = 64
-    n_best_size: int = 20
-    max_answer_length: int = 30
-    version_2: bool = False
-    null_score_diff_threshold: float = 0.0
-
-
+    eval_data: str | None = option(None, "labelled data to score the exported graph(s) on with the task's official "
+                                   "metric (reported in export.json, the manifest and on stdout): a GLUE/XNLI-style "
+                                   "TSV with labels (dev set; name the task with --eval-task) or a SQuAD v1.1/v2.0 "
+                                   "JSON file for question answering", metavar="FILE")
+    eval_task: str | None = option(None, "the GLUE/XNLI task of --eval-data (e.g. SST-2, MRPC, STS-B, XNLI); the "
+                                   "model's labels must be that task's", metavar="TASK")
+    num_labels: int | None = option(None, "classification: number of labels when the model directory does not say "
+                                    "(a pretrained encoder without a fine-tuned head)")
+    random_weights: bool = option(False, "export a randomly initialised model (no --model): for testing a "
+                                  "deployment only")
+    model_config: str | None = option(None, "architecture for --random-weights (zoo name or config.json)",
+                                      metavar="NAME_OR_JSON", default_help="bert_12_768_12")
+    overwrite: bool = option(False, "replace an existing export directory")
 
 
 @dataclass

@@ -39,7 +39,7 @@ import torch
 from tqdm import tqdm
 
 from bert_core.errors import BertPipelineError
-from bert_core.finetune.config import OPTIMIZERS, FinetuneConfig
+from bert_core.finetune.config import FinetuneConfig
 from bert_core.finetune.tasks import registry
 from bert_core.finetune.tasks.adapters import ADAPTERS, Adapter, EvalSet
 from bert_core.io import manifest, storage
@@ -270,7 +270,7 @@ def train(cfg: FinetuneConfig, tracker: Tracker, prepared: Prepared,
     n_train = len(train_arrays["input_ids"])
     steps_per_epoch = math.ceil(n_train / (cfg.batch_size * cfg.accumulate))
     total_steps = steps_per_epoch * cfg.epochs
-    optimizer = build_optimizer(model, OPTIMIZERS[cfg.optimizer], cfg.lr, cfg.weight_decay, cfg.epsilon)
+    optimizer = build_optimizer(model, cfg.optimizer_name(), cfg.lr, cfg.weight_decay, cfg.adam_eps)
     scheduler = build_scheduler(optimizer, total_steps, cfg.warmup_ratio)
     precision = Precision(cfg.dtype, device)
     tracker.set_tags(standard_tags(prepared.inputs.get(str(adapter.train_file()))))

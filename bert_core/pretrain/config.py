@@ -1,14 +1,29 @@
-"""`PretrainConfig`: every `bert-pipeline pretrain` setting, importable without torch (the CLI's --help)."""
+"""`PretrainConfig`: every `bert-pipeline pretrain` setting, importable without torch (the CLI's --help).
+
+Composed of the pieces fine-tuning shares (bert_core.train.config: optimization, Ray Train, tracking); the
+flags, their defaults and help are generated from these fields (bert_pipeline/commands/config_flags.py).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from bert_core.errors import BertPipelineError
+from bert_core.options import option, option_like
+from bert_core.train.config import (
+    OPTIMIZATION,
+    RAY,
+    TRACKING,
+    OptimizerConfig,
+    RayTrainConfig,
+    TrackingConfig,
+)
+
+DATA = "data"
+MODEL = "model"
+CHECKPOINTS = "checkpoints and logging"
 
 # Settings that change how a run is executed or observed, not what it computes: kept out of the
 # manifest's `config`, so re-running with e.g. --resume or another tracking URI is still a no-op.
@@ -17,49 +32,70 @@ LAUNCH_FIELDS = ("resume", "tracking", "tracking_uri", "storage", "max_failures"
                  "watch_fraction")
 
 
-@dataclass
-class PretrainConfig:
-    """All `bert-pipeline pretrain` flags (see commands/pretrain.py for their help)."""
+@dataclass(kw_only=True)
+class PretrainConfig(TrackingConfig, RayTrainConfig, OptimizerConfig):
+    """All `bert-pipeline pretrain` settings."""
 
-    data: str
-    output: str
-    model: str | None = None
-    pretrained: str | None = None
-    data_eval: str | None = None
-    vocab: str | None = None
-    batch_size: int = 32
-    accumulate: int = 1
+    GROUPS = (DATA, MODEL, OPTIMIZATION, CHECKPOINTS, TRACKING, RAY)  # the --help sections, in this order
+
+    data: str = option(help="training shards: a directory, a glob (quote it) or an s3:// prefix/glob of "
+                       "part-NNNNN.npz files; comma-separated lists allowed", group=DATA, metavar="GLOB_OR_URI")
+    data_eval: str | None = option(None, "evaluation shards; the final metrics (manifest.json) are computed on "
+                                   "them, or on the first 100 batches of the training data when omitted",
+                                   group=DATA, metavar="GLOB_OR_URI")
+    num_buckets: int = option(1, "length buckets: batches hold sequences of similar length (1: none)", group=DATA)
+    use_avg_len: bool = option(False, "--batch-size counts tokens, not sequences: shorter buckets get more "
+                               "sequences per batch", group=DATA)
+    seed: int = option(0, "seed of the initial weights, data order and dropout", group=DATA)
+
+    model: str | None = option(None, "architecture to train from scratch: a zoo name (bert_12_768_12, "
+                               "bert-base-uncased, any bert_LAYERS_HIDDEN_HEADS) or a config.json file",
+                               group=MODEL, metavar="NAME|CONFIG_JSON", exclusive="model")
+    pretrained: str | None = option(None, "start from these weights: a model directory, s3:// URI or zoo name",
+                                    group=MODEL, metavar="DIR", exclusive="model")
+    vocab: str | None = option(None, "vocab.txt to put in the output model directory", group=MODEL,
+                               metavar="FILE", default_help="the --pretrained model's, else a vocab.txt next to "
+                               "the shards")
+    output: str = option(help="model directory to create (local or s3://); written only when training succeeded",
+                         group=MODEL, metavar="DIR_OR_URI")
+    overwrite: bool = option(False, "replace --output if it holds something else", group=MODEL)
+
+    batch_size: int = option(32, "sequences (tokens with --use-avg-len) per micro-batch, all workers together: "
+                             "each worker takes --batch-size / --num-workers", group=OPTIMIZATION)
+    num_steps: int | None = option(None, "number of optimizer steps", group=OPTIMIZATION, exclusive="length")
+    epochs: int | None = option(None, "number of passes over the training shards", group=OPTIMIZATION,
+                                exclusive="length")
     # None: chosen by the default rule for the model size and global batch (bert_core.pretrain.recipe).
-    lr: float | None = None
-    warmup_ratio: float | None = None
-    num_steps: int | None = None
-    epochs: int | None = None
-    optimizer: str | None = None
-    weight_decay: float = 0.01
-    adam_eps: float = 1e-6
-    max_grad_norm: float = 1.0
-    dtype: str = "float32"
-    ckpt_interval: int = 1000
-    ckpt_dir: str | None = None
-    keep_checkpoints: int = 3
-    resume: str | None = None  # "latest", "auto" (latest if any, else start) or a checkpoint dir/URI
-    log_interval: int = 10
-    eval_interval: int = 0
-    eval_max_batches: int = 0
+    lr: float | None = option_like(OptimizerConfig, "lr", None, default_help=(
+        "by model width and global batch, 2e-3 x (128 / hidden) x sqrt(global batch / 64), within [2e-5, 3e-3]; "
+        "see docs/pretraining.md"))
+    warmup_ratio: float | None = option_like(OptimizerConfig, "warmup_ratio", None,
+                                             default_help="10% of the steps, at most 10,000 steps")
+
+    ckpt_interval: int = option(1000, "save a checkpoint every N steps; 0 disables", group=CHECKPOINTS)
+    ckpt_dir: str | None = option(None, "where in-process runs keep checkpoints; Ray runs keep them under --storage",
+                                  group=CHECKPOINTS, metavar="DIR_OR_URI", default_help="OUTPUT-checkpoints")
+    keep_checkpoints: int = option(3, "number of newest checkpoints kept; 0 keeps all", group=CHECKPOINTS)
+    resume: str | None = option(None, "continue an interrupted run: from its latest checkpoint (no value; an error "
+                                "if there is none), from checkpoint directory CKPT, or with 'auto' from the latest "
+                                "checkpoint if there is one and from scratch otherwise (for retrying orchestrators); "
+                                "the losses continue exactly as if uninterrupted", group=CHECKPOINTS,
+                                metavar="CKPT|auto", const="latest")
+    log_interval: int = option(10, "log averaged metrics every N steps", group=CHECKPOINTS)
+    eval_interval: int = option(0, "evaluate on --data-eval every N steps; 0: only at the end", group=CHECKPOINTS)
+    eval_max_batches: int = option(0, "cap evaluation at N batches per worker; 0: all of --data-eval",
+                                   group=CHECKPOINTS)
     # Fraction of the steps after which the run is checked for not learning (bert_core.pretrain.learning_watch).
-    watch_fraction: float = 0.25
-    num_buckets: int = 1
-    use_avg_len: bool = False
-    seed: int = 0
-    num_workers: int = 1
-    use_gpu: bool = False
-    storage: str | None = None
-    max_failures: int = 0
-    run_name: str | None = None
-    tracking: bool = True
-    tracking_uri: str | None = None
-    overwrite: bool = False
-    progress: bool = True
+    watch_fraction: float = option(0.25, "after this fraction of the steps (and twice it, and at the end) check "
+                                   "that the run learns: a loss that stopped improving or masked-LM accuracy at "
+                                   "chance is a warning, an MLflow tag and a line of the final summary",
+                                   group=CHECKPOINTS)
+    progress: bool = option(True, "no progress bar", group=CHECKPOINTS, negate="--no-progress")
+
+    max_failures: int = option(0, "restart the workers from the last checkpoint up to K times after a failure; "
+                               "-1: always", group=RAY)
+    run_name: str | None = option(None, "Ray run name under --storage", group=RAY,
+                                  default_help="derived from --output")
 
     def validate(self) -> None:
         if (self.model is None) == (self.pretrained is None):
@@ -67,7 +103,7 @@ class PretrainConfig:
                                     "--pretrained DIR (start from those weights)")
         if (self.num_steps is None) == (self.epochs is None):
             raise BertPipelineError("give exactly one of --num-steps and --epochs")
-        for name in ("batch_size", "accumulate", "log_interval", "num_buckets"):
+        for name in ("batch_size", "log_interval", "num_buckets"):
             if getattr(self, name) < 1:
                 raise BertPipelineError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         for name in ("num_steps", "epochs"):
@@ -76,25 +112,14 @@ class PretrainConfig:
                 raise BertPipelineError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
         if not 0.0 < self.watch_fraction < 1.0:
             raise BertPipelineError(f"--watch-fraction must be in (0, 1), got {self.watch_fraction}")
-        for name in ("ckpt_interval", "eval_interval", "eval_max_batches", "num_workers", "max_failures"):
+        for name in ("ckpt_interval", "eval_interval", "eval_max_batches", "max_failures"):
             if getattr(self, name) < 0 and not (name == "max_failures" and getattr(self, name) == -1):
                 raise BertPipelineError(f"--{name.replace('_', '-')} must not be negative")
-        from bert_core.train.optim import OPTIMIZERS
-        from bert_core.train.precision import DTYPES
-
-        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
-            raise BertPipelineError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        if self.dtype not in DTYPES:
-            raise BertPipelineError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.lr is not None and not (self.lr > 0 and math.isfinite(self.lr)):
-            raise BertPipelineError(f"--lr must be positive, got {self.lr}")
-        if self.warmup_ratio is not None and not 0.0 <= self.warmup_ratio <= 1.0:
-            raise BertPipelineError(f"--warmup-ratio must be in [0, 1], got {self.warmup_ratio}")
-
-    def runs_on_ray(self) -> bool:
-        """Ray for more than one worker, or for one worker when RAY_ADDRESS names a cluster to run on
-        (as under `ray job submit`); in-process otherwise."""
-        return self.num_workers > 1 or (self.num_workers == 1 and bool(os.environ.get("RAY_ADDRESS")))
+        if self.num_workers > 1 and self.batch_size % self.num_workers:
+            raise BertPipelineError(f"--batch-size {self.batch_size} is the batch of all {self.num_workers} workers "
+                                    f"together: give a multiple of {self.num_workers}")
+        self.check_workers()
+        self.check_optimization()
 
     def checkpoint_root(self) -> str:
         return self.ckpt_dir or self.output.rstrip("/") + "-checkpoints"

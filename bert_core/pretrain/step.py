@@ -334,7 +334,7 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
                   or recorded_vocab(shards))
     model.to(device)
 
-    stream_cfg = StreamConfig(config.batch_size, config.seed, config.num_buckets, config.use_avg_len)
+    stream_cfg = StreamConfig(worker_batch(config, world), config.seed, config.num_buckets, config.use_avg_len)
     stream = PretrainStream(shards, stream_cfg, rank, world, model_config.vocab_size)
     total_steps = _total_steps(config, stream)
     recipe = run_recipe(config, model_config, stream_cfg, world, shards, total_steps)
@@ -361,7 +361,7 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     ddp_model = dist.wrap_ddp(model, device)
 
     params = {**config.result_config(), "model_config": model_config.to_hf_dict(), "total_steps": total_steps,
-              "world_size": world, "global_batch_size": config.batch_size * world * config.accumulate,
+              "world_size": world, "global_batch_size": config.batch_size * config.accumulate,
               "optimizer": recipe.optimizer, "lr": recipe.lr, "warmup_ratio": recipe.warmup_ratio,
               "recipe_chosen_by_rule": ",".join(recipe.chosen) or "none"}
     tracker.log_params(params)
@@ -442,13 +442,21 @@ def _global_sequences(config: PretrainConfig, stream_cfg: StreamConfig, world: i
     per_batch = config.batch_size
     if stream_cfg.use_avg_len:
         per_batch = max(1, config.batch_size // shards.header(0)[1])
-    return per_batch * world * config.accumulate
+    return per_batch * config.accumulate
+
+
+def worker_batch(config: PretrainConfig, world: int) -> int:
+    """--batch-size is the batch of all workers together (as in fine-tuning): each worker's share."""
+    if config.batch_size % world:
+        raise BertPipelineError(f"--batch-size {config.batch_size} is the batch of all {world} workers together: "
+                                f"give a multiple of {world}")
+    return config.batch_size // world
 
 
 def run_recipe(config: PretrainConfig, model_config: BertConfig, stream_cfg: StreamConfig, world: int,
                shards: ShardSet, total_steps: int) -> recipes.Recipe:
     """The optimizer, lr and warmup of this run: the flags given, the default rule for the rest."""
-    return recipes.resolve(config.optimizer, config.lr, config.warmup_ratio, model_config.hidden_size,
+    return recipes.resolve(config.optimizer_name(), config.lr, config.warmup_ratio, model_config.hidden_size,
                            _global_sequences(config, stream_cfg, world, shards), total_steps)
 
 
@@ -492,7 +500,8 @@ def _log_interval(tracker: Tracker, bar: tqdm, interval: _Interval, result, step
 def _evaluate(config: PretrainConfig, model: torch.nn.Module, shards: ShardSet, precision: Precision,
               device: torch.device, rank: int, world: int, train_fallback: bool = False) -> dict[str, float]:
     _, seq_len, _ = shards.header(0)
-    batch = max(1, config.batch_size // seq_len) if config.use_avg_len else config.batch_size
+    per_worker = worker_batch(config, world)
+    batch = max(1, per_worker // seq_len) if config.use_avg_len else per_worker
     limit = config.eval_max_batches or (TRAIN_DATA_EVAL_BATCHES if train_fallback else 0)
     batches = eval_batches(shards, batch, rank, world, max_batches=limit, vocab_size=model.config.vocab_size)
     return evaluate(model, batches, precision, device)

@@ -20,8 +20,7 @@ import torch
 from torch import nn
 
 from bert_core.errors import BertPipelineError
-
-OPTIMIZERS = ("adamw", "bertadam", "lamb")
+from bert_core.train.config import OPTIMIZERS
 
 
 def no_decay(name: str) -> bool:

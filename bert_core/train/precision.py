@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import torch
 
 from bert_core.errors import BertPipelineError
+from bert_core.train.config import DTYPES
 
 log = logging.getLogger(__name__)
 
-DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from bert_pipeline.commands.config_flags import add_config_arguments, config_from_args
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--export", required=True, metavar="DIR", help="directory written by `bert-pipeline export`")
@@ -13,21 +15,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="GLUE: the submission TSV to write; SQuAD: the directory for predictions.json, "
                         "nbest_predictions.json (and null_odds.json with --version-2)")
     parser.add_argument("--quantized", action="store_true", help="run the INT8 graph of the export")
-    parser.add_argument("--doc-stride", type=int, default=128, help="SQuAD: tokens between windows (default 128)")
-    parser.add_argument("--max-query-length", type=int, default=64, help="SQuAD: question tokens kept (default 64)")
-    parser.add_argument("--n-best-size", type=int, default=20, help="SQuAD: candidates kept per question")
-    parser.add_argument("--max-answer-length", type=int, default=30, help="SQuAD: longest answer in tokens")
-    parser.add_argument("--version-2", action="store_true", help="SQuAD 2.0: allow no-answer predictions")
-    parser.add_argument("--null-score-diff-threshold", type=float, default=0.0,
-                        help="SQuAD 2.0: predict no answer when null score - best span score exceeds this")
+    from bert_core.finetune.config import SquadOptions
+
+    add_config_arguments(parser, SquadOptions)
 
 
 def run(args: argparse.Namespace) -> int:
-    from bert_core.deploy.export import ExportedModel, SquadOptions, predict_file
+    from bert_core.deploy.export import ExportedModel, predict_file
+    from bert_core.finetune.config import SquadOptions
 
-    squad = SquadOptions(doc_stride=args.doc_stride, max_query_length=args.max_query_length,
-                         n_best_size=args.n_best_size, max_answer_length=args.max_answer_length,
-                         version_2=args.version_2, null_score_diff_threshold=args.null_score_diff_threshold)
+    squad = config_from_args(SquadOptions, args)
     examples, written = predict_file(ExportedModel(args.export), args.input, args.output, task=args.task,
                                      quantized=args.quantized, squad=squad)
     print(f"wrote {', '.join(written)} for {examples} examples")

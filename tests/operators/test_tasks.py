@@ -54,7 +54,8 @@ def test_single_worker_pretrain_and_rerun_finetune_register(tmp_path, monkeypatc
     assert pretrained["mlflow_run_id"]
     assert ops.register_and_promote(pretrained, str(tmp_path / "reg"), promote=False)["candidate"] == "1"
 
-    runs = [ops.finetune("sst-2", ops.demo_data("sst2"), pretrained["output"], str(tmp_path / "ft"), max_len=16)
+    runs = [ops.finetune("sst-2", ops.demo_data("sst2"), pretrained["output"], str(tmp_path / "ft"),
+                          dict(epochs=1, batch_size=16, lr=1e-4, max_len=16))
             for _ in range(2)]
     assert runs[0]["metrics"] == runs[1]["metrics"] and runs[0]["mlflow_run_id"] != runs[1]["mlflow_run_id"]
     reports = [ops.register_and_promote(ops.evaluate(r, str(tmp_path / "eval")), str(tmp_path / "reg"))
@@ -80,9 +81,18 @@ def test_evaluate_rescores_every_file_finetuning_scored(tmp_path, monkeypatch):
     shutil.copytree(FIXTURES / "glue" / "MNLI", mnli)
     shutil.copyfile(mnli / "dev_matched.tsv", mnli / "train.tsv")
     for task, data in (("mnli", mnli), ("ner", write_ner(tmp_path / "ner", n_train=16, n_dev=6))):
-        done = ops.finetune(task, str(data), str(model), str(tmp_path / f"ft-{task}"), max_len=24)
+        done = ops.finetune(task, str(data), str(model), str(tmp_path / f"ft-{task}"),
+                           dict(epochs=1, batch_size=16, lr=1e-4, max_len=24))
         evaluated = ops.evaluate(done, str(tmp_path / f"eval-{task}"))
         assert evaluated["metrics"] == done["metrics"], task
         assert manifest.read(tmp_path / f"eval-{task}")["metrics"] == done["metrics"]
     assert "f1" in evaluated["metrics"]  # NER: entity-level scores of its .txt predictions
     assert "dev_mismatched/accuracy" in manifest.read(tmp_path / "eval-mnli")["metrics"]
+
+
+def test_finetune_settings_are_config_fields(tmp_path):
+    """The task's settings are FinetuneConfig fields, named exactly: a misspelt one is an error naming it."""
+    from bert_core.errors import BertPipelineError
+
+    with pytest.raises(BertPipelineError, match="unknown doc_strid; known: .*doc_stride"):
+        ops.finetune("squad", str(tmp_path), "model", str(tmp_path / "out"), {"doc_strid": 64})

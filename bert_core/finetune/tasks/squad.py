@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bert_core.errors import BertPipelineError
+from bert_core.finetune.config import FinetuneConfig, SquadOptions
 
 V1 = "1.1"
 V2 = "2.0"
@@ -134,8 +135,9 @@ def _max_context(spans: list[tuple[int, int]], span_index: int, position: int) -
     return best_index == span_index
 
 
-def make_features(examples: Sequence[SquadExample], tokenizer, max_seq_length: int = 384, doc_stride: int = 128,
-                  max_query_length: int = 64, training: bool = False) -> list[SquadFeature]:
+def make_features(examples: Sequence[SquadExample], tokenizer, max_seq_length: int = FinetuneConfig.max_seq_length,
+                  doc_stride: int = SquadOptions.doc_stride, max_query_length: int = SquadOptions.max_query_length,
+                  training: bool = False) -> list[SquadFeature]:
     """Windows of `[CLS] question [SEP] context-span [SEP]`; answer positions when training."""
     questions = tokenizer.encode_batch([e.question for e in examples], add_special_tokens=False)
     contexts = tokenizer.encode_batch([e.context for e in examples], add_special_tokens=False)
@@ -206,8 +208,9 @@ def _top(logits: Sequence[float], n: int) -> list[int]:
 
 def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeature],
                 start_logits: Sequence[Sequence[float]], end_logits: Sequence[Sequence[float]],
-                n_best_size: int = 20, max_answer_length: int = 30, version_2: bool = False,
-                null_score_diff_threshold: float = 0.0) -> SquadPredictions:
+                n_best_size: int = SquadOptions.n_best_size, max_answer_length: int = SquadOptions.max_answer_length,
+                version_2: bool = False,
+                null_score_diff_threshold: float = SquadOptions.null_score_diff_threshold) -> SquadPredictions:
     """Google's write_predictions: best non-null span per question, n-best lists, v2 null decision."""
     by_example: dict[int, list[int]] = collections.defaultdict(list)
     for fi, feature in enumerate(features):

@@ -73,9 +73,9 @@ def tracking_home(setup, monkeypatch):
     return root / "home"
 
 
-def test_two_workers_equal_one_worker_with_the_doubled_batch(ray_session, setup, tracking_home):
+def test_two_workers_equal_one_worker_with_the_same_batch(ray_session, setup, tracking_home):
     _, make, reference, single = setup
-    result = run_step(PRETRAIN, make("two", batch_size=8, num_workers=2, tracking=True))
+    result = run_step(PRETRAIN, make("two", batch_size=16, num_workers=2, tracking=True))
     assert result["training"]["world_size"] == 2 and result["training"]["steps"] == STEPS
     losses = _mlflow_losses(tracking_home, result["mlflow_run_id"])
     assert len(losses) == STEPS
@@ -85,7 +85,7 @@ def test_two_workers_equal_one_worker_with_the_doubled_batch(ray_session, setup,
     run = mlflow.MlflowClient(f"sqlite:///{tracking_home / 'mlflow.db'}").get_run(result["mlflow_run_id"])
     assert run.info.status == "FINISHED" and run.data.params["world_size"] == "2"
     # Re-running the finished command is a no-op; the run's name is taken for new runs without --resume.
-    assert run_step(PRETRAIN, make("two", batch_size=8, num_workers=2))["started_at"] == result["started_at"]
+    assert run_step(PRETRAIN, make("two", batch_size=16, num_workers=2))["started_at"] == result["started_at"]
 
 
 def test_killed_worker_resumes_from_the_last_checkpoint(ray_session, setup, tracking_home, monkeypatch):
@@ -94,7 +94,7 @@ def test_killed_worker_resumes_from_the_last_checkpoint(ray_session, setup, trac
     from bert_core.launch.ray_train import run_name
 
     root, make, reference, _ = setup
-    killed = make("killed", batch_size=8, num_workers=2, max_failures=1, tracking=True, storage="s3://ray-ckpt/runs")
+    killed = make("killed", batch_size=16, num_workers=2, max_failures=1, tracking=True, storage="s3://ray-ckpt/runs")
     # rank 1 dies (os._exit) after step 5, first attempt only
     result = run_step(PRETRAIN, killed, hooks=[FailAtStep(5, rank=1, mode="exit")])
     assert result["training"]["resumed_from"] is not None  # restarted from step 3's checkpoint
@@ -106,7 +106,7 @@ def test_killed_worker_resumes_from_the_last_checkpoint(ray_session, setup, trac
                                rtol=1e-4, atol=1e-5)
     # The run's name is taken: a new run under it needs --resume (or another name).
     with pytest.raises(BertPipelineError, match="already has state under .*pass --resume"):
-        run_step(PRETRAIN, make("other", batch_size=8, num_workers=2, storage="s3://ray-ckpt/runs", run_name=run_name(PRETRAIN, killed)))
+        run_step(PRETRAIN, make("other", batch_size=16, num_workers=2, storage="s3://ray-ckpt/runs", run_name=run_name(PRETRAIN, killed)))
 
 
 def test_paths_are_made_absolute_for_the_workers(tmp_path, monkeypatch):

@@ -1,0 +1,45 @@
+"""`option(...)`: a config field that carries its command-line flag and help with it.
+
+The step configs (PretrainConfig, FinetuneConfig, ExportConfig, ...) are composed from small typed pieces
+(OptimizerConfig, SquadOptions, RayTrainConfig, TrackingConfig); each field's default is written once, here
+in the library, and the CLI generates its flags from the fields (bert_pipeline/commands/config_flags.py), so
+a flag, its default and its help cannot drift apart, and a flag means the same thing in every command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+_UNSET: Any = dataclasses.MISSING
+
+
+def option(default: Any = _UNSET, help: str = "", *, default_factory: Any = _UNSET, group: str | None = None,
+           flag: str | None = None, aliases: Sequence[str] = (), choices: Sequence[Any] | None = None,
+           metavar: str | None = None, default_help: str | None = None, negate: str | None = None,
+           exclusive: str | None = None, positional: bool = False, const: Any = None, cli: bool = True) -> Any:
+    """A dataclass field with its flag's description.
+
+    help: the flag's help (the default is appended, or `default_help` when the default is computed);
+    group: the --help section; flag/aliases: the flag's name (default --field-name) and older names kept
+    working; negate: for a True-by-default bool, the flag that turns it off (e.g. --no-tracking);
+    exclusive: fields sharing this name are mutually exclusive (required when none has a default);
+    positional: an argument, not a flag; const: the value of the flag given without one (an optional value);
+    cli=False: not a flag at all (set by code).
+    """
+    metadata = {"help": help, "group": group, "flag": flag, "aliases": tuple(aliases), "choices": choices,
+                "metavar": metavar, "default_help": default_help, "negate": negate, "exclusive": exclusive,
+                "positional": positional, "const": const, "cli": cli}
+    if default_factory is not _UNSET:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def option_like(config_cls: type, name: str, default: Any, default_help: str | None = None) -> Any:
+    """`config_cls`'s option `name` with another default: a step that composes a shared piece (e.g. fine-tuning's
+    lr 2e-5 in OptimizerConfig, whose own default is None: the pretraining recipe's rule) keeps its flag and help."""
+    parent = {f.name: f for f in dataclasses.fields(config_cls)}[name]
+    meta = dict(parent.metadata)
+    meta["default_help"] = default_help
+    return dataclasses.field(default=default, metadata=meta)

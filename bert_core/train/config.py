@@ -1,0 +1,84 @@
+"""The settings pieces pretraining and fine-tuning share: how to optimize, where the workers run, what is
+tracked. PretrainConfig and FinetuneConfig are composed of them, so a setting has one name, one default and
+one help text in both steps (and their flags are generated from these fields). Importable without torch."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from bert_core.errors import BertPipelineError
+from bert_core.options import option
+
+OPTIMIZERS = ("adamw", "bertadam", "lamb")
+OPTIMIZER_ALIASES = {"adam": "adamw"}  # fine-tuning's flag said `adam` for AdamW; still accepted
+DTYPES = ("float32", "float16", "bfloat16")
+
+OPTIMIZATION = "optimization"
+RAY = "distributed (Ray Train)"
+TRACKING = "tracking"
+
+
+@dataclass(kw_only=True)
+class OptimizerConfig:
+    optimizer: str | None = option(
+        None, "adamw (torch's AdamW; `adam` is the same), bertadam (Google BERT's Adam: no bias correction; "
+        "needs a long warmup) or lamb (layer-wise trust ratio, for large batches)", group=OPTIMIZATION,
+        choices=OPTIMIZERS + tuple(OPTIMIZER_ALIASES), default_help="adamw")
+    lr: float | None = option(None, "peak learning rate", group=OPTIMIZATION)
+    warmup_ratio: float | None = option(None, "fraction of the steps with linear warmup; then linear decay to 0",
+                                        group=OPTIMIZATION)
+    weight_decay: float = option(0.01, "decoupled weight decay; never on biases and LayerNorm", group=OPTIMIZATION)
+    adam_eps: float = option(1e-6, "optimizer epsilon", group=OPTIMIZATION, aliases=("--epsilon",))
+    max_grad_norm: float = option(1.0, "clip gradients to this global norm; 0 disables", group=OPTIMIZATION)
+    accumulate: int = option(1, "micro-batches per optimizer step (gradient accumulation)", group=OPTIMIZATION)
+    dtype: str = option("float32", "compute precision: float16 uses dynamic loss scaling; weights stay float32",
+                        group=OPTIMIZATION, choices=DTYPES)
+
+    def optimizer_name(self) -> str | None:
+        """The optimizer's canonical name (`adam` -> `adamw`); None: the step's default."""
+        return OPTIMIZER_ALIASES.get(self.optimizer, self.optimizer) if self.optimizer else None
+
+    def check_optimization(self) -> None:
+        if self.optimizer is not None and self.optimizer_name() not in OPTIMIZERS:
+            raise BertPipelineError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.dtype not in DTYPES:
+            raise BertPipelineError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.lr is not None and not (self.lr > 0 and self.lr < float("inf")):
+            raise BertPipelineError(f"--lr must be positive, got {self.lr}")
+        if self.warmup_ratio is not None and not 0.0 <= self.warmup_ratio <= 1.0:
+            raise BertPipelineError(f"--warmup-ratio must be in [0, 1], got {self.warmup_ratio}")
+        if self.accumulate < 1:
+            raise BertPipelineError(f"--accumulate must be at least 1, got {self.accumulate}")
+        if self.adam_eps <= 0:
+            raise BertPipelineError(f"--adam-eps must be positive, got {self.adam_eps}")
+        if self.weight_decay < 0 or self.max_grad_norm < 0:
+            raise BertPipelineError("--weight-decay and --max-grad-norm must not be negative")
+
+
+@dataclass(kw_only=True)
+class RayTrainConfig:
+    num_workers: int = option(
+        1, "training workers (one per GPU with --use-gpu); each update's --batch-size is split across them. 0 or 1: "
+        "in this process (1 runs on Ray when RAY_ADDRESS is set); more: Ray Train on the local Ray or the cluster "
+        "at RAY_ADDRESS, given in its GCS form host:6379", group=RAY)
+    use_gpu: bool = option(False, "train on GPUs (NCCL between workers)", group=RAY)
+    storage: str | None = option(None, "Ray Train storage for the run's state (pretraining: its checkpoints), "
+                                 "shared by all nodes: local/NFS path or s3://", group=RAY, metavar="URI",
+                                 default_help="$BERT_PIPELINE_HOME/ray_results")
+
+    def runs_on_ray(self) -> bool:
+        """Ray for more than one worker, or for one worker when RAY_ADDRESS names a cluster to run on
+        (as under `ray job submit`); in-process otherwise."""
+        return self.num_workers > 1 or (self.num_workers == 1 and bool(os.environ.get("RAY_ADDRESS")))
+
+    def check_workers(self) -> None:
+        if self.num_workers < 0:
+            raise BertPipelineError(f"--num-workers must not be negative, got {self.num_workers}")
+
+
+@dataclass(kw_only=True)
+class TrackingConfig:
+    tracking: bool = option(True, "do not log to MLflow", group=TRACKING, negate="--no-tracking")
+    tracking_uri: str | None = option(None, "MLflow tracking URI", group=TRACKING, metavar="URI",
+                                      default_help="$MLFLOW_TRACKING_URI, else sqlite:///$BERT_PIPELINE_HOME/mlflow.db")

@@ -1,0 +1,101 @@
+"""Command-line flags generated from a step's config dataclass (fields made with bert_core.options.option).
+
+`add_config_arguments(parser, Config)` adds one flag per field, with the field's default, type, choices and
+help; `config_from_args(Config, args)` builds the config back. Nothing about a flag is written here or in the
+command modules, so a default, a flag and its help are written once, next to the field they set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+_TYPES = {"int": int, "float": float, "str": str}
+
+
+def _base_type(annotation: Any) -> str:
+    """'int | None' -> 'int' (annotations are strings under `from __future__ import annotations`)."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    parts = [p.strip() for p in text.split("|") if p.strip() != "None"]
+    return parts[0] if parts else "str"
+
+
+def _default(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return field.default_factory()  # type: ignore[misc]
+    return dataclasses.MISSING
+
+
+def _help(meta: dict[str, Any], default: Any, kind: str) -> str:
+    text = meta["help"].replace("%", "%%")
+    if meta["default_help"]:
+        return f"{text} (default: {meta['default_help'].replace('%', '%%')})"
+    if kind == "bool" or default is dataclasses.MISSING or default is None:
+        return text
+    return f"{text} (default: %(default)s)"
+
+
+def cli_fields(config_cls: type) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(config_cls) if f.metadata.get("cli", False)]
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type,
+                         required: tuple[str, ...] = ()) -> None:
+    """One flag per option field of `config_cls`, in field order, in --help sections by the fields' groups.
+    `required`: fields that must be given although the config has a default for them."""
+    groups: dict[str | None, Any] = {None: parser}
+    for name in getattr(config_cls, "GROUPS", ()):  # the --help sections in the config's order
+        groups[name] = parser.add_argument_group(name)
+    exclusive: dict[str, argparse._MutuallyExclusiveGroup] = {}
+    fields = cli_fields(config_cls)
+    exclusive_required = {}
+    for f in fields:
+        name = f.metadata["exclusive"]
+        if name:
+            exclusive_required[name] = exclusive_required.get(name, True) and _default(f) in (None, dataclasses.MISSING)
+    for f in fields:
+        meta = f.metadata
+        group_name = meta["group"]
+        if group_name not in groups:
+            groups[group_name] = parser.add_argument_group(group_name)
+        target = groups[group_name]
+        if meta["exclusive"]:
+            key = meta["exclusive"]
+            if key not in exclusive:
+                exclusive[key] = target.add_mutually_exclusive_group(required=exclusive_required[key])
+            target = exclusive[key]
+        default = _default(f)
+        kind = _base_type(f.type)
+        kwargs: dict[str, Any] = {"help": _help(meta, default, kind)}
+        if meta["positional"]:
+            target.add_argument(f.name, metavar=meta["metavar"] or f.name.upper(), **kwargs)
+            continue
+        names = [meta["flag"] or "--" + f.name.replace("_", "-"), *meta["aliases"]]
+        if kind == "bool":
+            if meta["negate"]:
+                target.add_argument(meta["negate"], dest=f.name, action="store_false", **kwargs)
+            else:
+                target.add_argument(*names, dest=f.name, action="store_true", **kwargs)
+            continue
+        kwargs.update(dest=f.name, type=_TYPES.get(kind, str))
+        if meta["const"] is not None:
+            kwargs.update(nargs="?", const=meta["const"])
+        if meta["choices"] is not None:
+            kwargs["choices"] = list(meta["choices"])
+        if meta["metavar"]:
+            kwargs["metavar"] = meta["metavar"]
+        if default is dataclasses.MISSING or f.name in required:
+            if not meta["exclusive"]:
+                kwargs["required"] = True
+        else:
+            kwargs["default"] = default
+        target.add_argument(*names, **kwargs)
+
+
+def config_from_args(config_cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
+    """The config of the flags given (fields without a flag keep their defaults unless overridden)."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls) if hasattr(args, f.name)}
+    return config_cls(**{**values, **overrides})

@@ -1,0 +1,105 @@
+"""The CLI's flags are generated from the step configs: every setting has one default, one help text, and
+the same flag means the same thing in every command."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from bert_core.deploy.export import ExportConfig
+from bert_core.finetune.config import FinetuneConfig, SquadOptions
+from bert_core.pretrain.config import PretrainConfig
+from bert_core.train.config import OptimizerConfig, RayTrainConfig, TrackingConfig
+from bert_pipeline.commands import export, finetune, predict, pretrain
+from bert_pipeline.commands.config_flags import cli_fields, config_from_args
+
+COMMANDS = {"pretrain": (pretrain, PretrainConfig), "finetune": (finetune, FinetuneConfig),
+            "export": (export, ExportConfig)}
+MINIMAL = {
+    "pretrain": ["--data", "shards", "--model", "bert_2_128_2", "--output", "out", "--num-steps", "10"],
+    "finetune": ["sst-2", "--data-dir", "d", "--model", "m", "--output", "out"],
+    "export": ["--task", "classification", "--output", "out", "--model", "m"],
+}
+REQUIRED = {
+    "pretrain": dict(data="shards", model="bert_2_128_2", output="out", num_steps=10),
+    "finetune": dict(task="sst-2", data_dir="d", model="m", output="out"),
+    "export": dict(task="classification", output="out", model="m"),
+}
+SHARED = [f.name for piece in (OptimizerConfig, RayTrainConfig, TrackingConfig) for f in dataclasses.fields(piece)]
+
+
+def parser_of(command) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bert-pipeline")
+    command.add_arguments(parser)
+    return parser
+
+
+def actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {option: action for action in parser._actions for option in action.option_strings}
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_flag_defaults_are_the_configs(name):
+    """Parsing only the required flags gives the config's own defaults, field by field."""
+    command, config_cls = COMMANDS[name]
+    args = parser_of(command).parse_args(MINIMAL[name])
+    assert config_from_args(config_cls, args) == config_cls(**REQUIRED[name])
+    for field in cli_fields(config_cls):
+        assert hasattr(args, field.name), f"{name}: no flag for {field.name}"
+
+
+def test_every_field_has_help():
+    for config_cls in (PretrainConfig, FinetuneConfig, ExportConfig, SquadOptions):
+        for field in cli_fields(config_cls):
+            assert len(field.metadata["help"]) > 10, f"{config_cls.__name__}.{field.name}: no help"
+
+
+def test_shared_flags_mean_the_same_in_pretrain_and_finetune():
+    """Optimization, Ray Train and tracking flags come from the same pieces: same dest, type and choices."""
+    pre, fine = actions(parser_of(pretrain)), actions(parser_of(finetune))
+    shared_flags = [flag for flag, action in pre.items() if action.dest in SHARED]
+    assert {"--adam-eps", "--epsilon", "--lr", "--warmup-ratio", "--optimizer", "--dtype", "--num-workers",
+            "--use-gpu", "--storage", "--no-tracking", "--tracking-uri", "--accumulate"} <= set(shared_flags)
+    for flag in shared_flags:
+        a, b = pre[flag], fine[flag]
+        assert (a.dest, a.type, a.choices, type(a)) == (b.dest, b.type, b.choices, type(b)), flag
+    # Each step keeps its own default where the recipes differ, with the same help otherwise.
+    assert pre["--lr"].default is None and fine["--lr"].default == 2e-5
+    assert pre["--weight-decay"].help == fine["--weight-decay"].help
+
+
+def test_old_flag_names_keep_working():
+    args = parser_of(finetune).parse_args(MINIMAL["finetune"] + ["--epsilon", "1e-8", "--optimizer", "adam"])
+    cfg = config_from_args(FinetuneConfig, args)
+    assert cfg.adam_eps == 1e-8 and cfg.optimizer_name() == "adamw"
+    args = parser_of(pretrain).parse_args(MINIMAL["pretrain"] + ["--adam-eps", "1e-8", "--resume"])
+    cfg = config_from_args(PretrainConfig, args)
+    assert cfg.adam_eps == 1e-8 and cfg.resume == "latest"
+    assert config_from_args(PretrainConfig, parser_of(pretrain).parse_args(MINIMAL["pretrain"])).resume is None
+
+
+def test_squad_options_are_one_object_in_finetune_export_and_predict():
+    """One SquadOptions: its defaults are fine-tuning's, and predict's flags are generated from it."""
+    defaults = SquadOptions()
+    assert FinetuneConfig(task="squad", data_dir="d", model="m", output="o").squad_options() == defaults
+    args = parser_of(predict).parse_args(["--export", "e", "in.json", "--output", "o"])
+    assert config_from_args(SquadOptions, args) == defaults
+    args = parser_of(predict).parse_args(["--export", "e", "in.json", "--output", "o", "--n-best-size", "5",
+                                          "--version-2"])
+    assert config_from_args(SquadOptions, args) == dataclasses.replace(defaults, n_best_size=5, version_2=True)
+
+
+def test_required_and_exclusive_flags(capsys):
+    parser = parser_of(pretrain)
+    with pytest.raises(SystemExit):
+        parser.parse_args(MINIMAL["pretrain"] + ["--pretrained", "dir"])  # --model and --pretrained
+    with pytest.raises(SystemExit):
+        parser.parse_args(MINIMAL["pretrain"] + ["--epochs", "2"])  # --num-steps and --epochs
+    with pytest.raises(SystemExit):
+        parser_of(finetune).parse_args(["sst-2", "--model", "m", "--output", "o"])  # no --data-dir
+    err = capsys.readouterr().err
+    assert "--data-dir" in err
+    with pytest.raises(SystemExit):
+        parser_of(export).parse_args(MINIMAL["export"] + ["--optimizer", "sgd"])
