@@ -1,22 +1,25 @@
 """BERT tokenization: a pure-Python reference and a fast batch encoder that must agree with it.
 
 The reference (`BasicTokenizer` + `WordpieceTokenizer`, driven by `BertTokenizer.tokenize`) follows
-Google BERT's FullTokenizer (tokenization.py) as transformers' Python ("slow") BertTokenizer runs it,
-which adds two things to Google's code that we keep so our token ids match transformers':
+Google BERT's FullTokenizer (tokenization.py), the tokenizer the released models were trained with, plus
+one thing transformers' Python ("slow") BertTokenizer adds and we keep: the special tokens [PAD] [UNK]
+[CLS] [SEP] [MASK] written in the text are kept whole, wherever they occur (transformers splits them off
+before anything else, even inside a word).
 
-* the special tokens [PAD] [UNK] [CLS] [SEP] [MASK] written in the text are kept whole, wherever
-  they occur (transformers splits them off before anything else, even inside a word);
-* the text is NFC-normalised after cleaning, so a decomposed "e" + U+0301 tokenizes like "é" even
-  when accents are kept (cased models). Google's code skips this and gives [UNK] there.
+Like Google's code, and unlike transformers' Python tokenizer (which NFC-normalises first), no Unicode
+normalisation happens unless accents are stripped (lower-casing models: NFD, then the marks are dropped).
+A cased model therefore sees its characters as written: "\u1f7b" (upsilon with oxia) stays itself and not
+its canonical equivalent "\u03cd" (with tonos), and a decomposed "e" + U+0301 is not "é": each gives what
+Google's tokenizer gives, [UNK] when the vocab lacks it.
 
 The fast path (`encode` / `encode_batch`) runs HF `tokenizers` (Rust). Its stock BertNormalizer and
 BertPreTokenizer disagree with the reference on over 800,000 code points: nearly all unassigned ones
 (Python drops category Cn, Rust keeps them), plus newer punctuation, the CJK range U+2B820-U+2B91F,
-and decomposed accents in cased text (no NFC). So the Rust pipeline is assembled from the reference's
+and its own stock normalisation steps. So the Rust pipeline is assembled from the reference's
 own steps, with character classes computed from `unicodedata` at run time: the two paths agree by
 construction for whatever Python (and so Unicode) version runs them. What is left (final-sigma
-lower-casing, ~100 rare combining marks the Rust crate has older data for, lone surrogates, text not
-in NFC, special tokens hidden by control characters) is detected per text with cheap checks, and
+lower-casing, ~100 rare combining marks the Rust crate has older data for, lone surrogates, special
+tokens hidden by control characters) is detected per text with cheap checks, and
 such a text takes the reference instead: see `BertTokenizer._needs_reference`.
 """
 
@@ -188,14 +191,13 @@ class BasicTokenizer:
         text = self._clean_text(text)
         if self.tokenize_chinese_chars:
             text = self._tokenize_chinese_chars(text)
-        text = unicodedata.normalize("NFC", text)
         tokens: list[str] = []
         for word in text.split():
             tokens.extend(self.split_word(word))
         return tokens
 
     def split_word(self, word: str) -> list[str]:
-        """Normalise one whitespace-separated (NFC) word and split it at punctuation."""
+        """Normalise one whitespace-separated word and split it at punctuation."""
         if word in self.never_split:
             return [word]
         word = self.normalize_word(word)
@@ -210,10 +212,10 @@ class BasicTokenizer:
         return word
 
     def words_with_positions(self, text: str) -> Iterator[tuple[str, list[int]]]:
-        """The words `tokenize` sees, before NFC, each with the index in `text` of every character.
+        """The words `tokenize` sees, each with the index in `text` of every character.
 
         Same cleaning and splitting as `tokenize`, done character by character so that offsets can
-        be traced back. NFC can be applied per word afterwards: it never composes across a space.
+        be traced back.
         """
         chars: list[str] = []
         positions: list[int] = []
@@ -313,7 +315,7 @@ class _CharClasses:
     # Sets, not regexes, for the checks in Python: set.isdisjoint(text) is ~10x faster here.
     needs_reference: frozenset[str]  # characters the Rust pipeline gets wrong
     needs_reference_lower: frozenset[str]  # the same when lower-casing (adds capital sigma)
-    joining: frozenset[str]  # marks (and jamo) that NFC composes into the character before them
+    joining: frozenset[str]  # marks (and jamo) that combine with the character before them
 
 
 def _onig_class(codepoints: list[int]) -> str:
@@ -371,7 +373,7 @@ def _scan_char_classes() -> _CharClasses:
 
     Built from the same predicates as the reference, so the Rust pipeline cleans and splits
     exactly as the reference does for the Python (and Unicode) version in use. The Rust crate's
-    lower-casing and NFC/NFD tables are then compared with Python's on every assigned character;
+    lower-casing and NFD tables are then compared with Python's on every assigned character;
     the ones that differ are collected into `needs_reference`.
     """
     from tokenizers import normalizers  # only the fast path needs it
@@ -395,7 +397,7 @@ def _scan_char_classes() -> _CharClasses:
 
     def rust_differs(form: str, chars: list[str], probe: Callable[[str], str] = str) -> set[str]:
         """The chars whose probe string Rust normalises differently from Python."""
-        rust = {"NFC": normalizers.NFC(), "NFD": normalizers.NFD(), "lower": normalizers.Lowercase()}[form]
+        rust = {"NFD": normalizers.NFD(), "lower": normalizers.Lowercase()}[form]
         probes = [probe(c) for c in chars]
         # One call for all probes: "\x00" separates them (a starter that nothing composes with).
         out = rust.normalize_str("\x00".join(probes)).split("\x00")
@@ -404,8 +406,7 @@ def _scan_char_classes() -> _CharClasses:
 
     risky = rust_differs("lower", assigned)
     combining = [c for c in assigned if unicodedata.combining(c)]
-    for form in ("NFC", "NFD"):
-        # Decompositions, and the compositions back from them.
+    for form in ("NFD",):  # the only normalisation the pipeline applies (accent stripping)
         risky |= rust_differs(form, assigned)
         risky |= rust_differs(form, assigned, functools.partial(unicodedata.normalize, "NFD"))
         # Canonical ordering: a combining mark that the Rust tables give another combining class
@@ -612,7 +613,7 @@ class BertTokenizer:
 
     def _word_tokens_with_offsets(self, raw_word: str, positions: list[int]) -> list[tuple[str, int, int]]:
         """Tokens of one word, each with its [start, end) in the text the positions index."""
-        word = unicodedata.normalize("NFC", raw_word)
+        word = raw_word
         word_span = (positions[0], positions[-1] + 1)
         if word in self.basic_tokenizer.never_split:
             return [(word, *word_span)]
@@ -646,7 +647,7 @@ class BertTokenizer:
 
         def normalize(text: str) -> str:
             # Final and medial sigma are the same letter here: a prefix may end where the word does not.
-            return basic.normalize_word(unicodedata.normalize("NFC", text)).replace("\u03c2", "\u03c3")
+            return basic.normalize_word(text).replace("\u03c2", "\u03c3")
 
         first_raw: list[int] = []
         last_raw: list[int] = []
@@ -687,7 +688,7 @@ class BertTokenizer:
         bulk text such as a pretraining corpus, where neither tokens nor offsets are needed.
 
         Tokenization never crosses an ASCII space: cleaning keeps it, it always breaks words, a
-        special token holds none, and NFC neither composes with it nor reorders across it. So a
+        special token holds none, and NFD neither decomposes nor reorders it. So a
         text's ids are those of its space-separated pieces in order, and a piece's ids are cached:
         natural text repeats its words, so most pieces are found there. A new piece of printable
         ASCII only meets lower-casing, punctuation splitting and WordPiece, done here in Python; any
@@ -716,8 +717,8 @@ class BertTokenizer:
         lower = self.basic_tokenizer.do_lower_case
         others = []
         for piece in pieces:
-            # Printable ASCII without "[" (which may start a special token) has no cleaning, CJK, NFC
-            # or accents to apply, and no whitespace, as the text was split at its spaces.
+            # Printable ASCII without "[" (which may start a special token) has no cleaning, CJK, Unicode
+            # normalisation or accents to apply, and no whitespace, as the text was split at its spaces.
             if piece.isascii() and piece.isprintable() and "[" not in piece:
                 words = _ASCII_WORDS.findall(piece.lower() if lower else piece)
                 if len(words) == 1 and words[0] == piece:
@@ -815,20 +816,13 @@ class BertTokenizer:
         """Whether `text` must go through the reference; a set lookup per character (none for ASCII).
 
         * characters the Rust pipeline gets wrong (see `_char_classes`), and "Σ" when lower-casing;
-        * text not in NFC: its tokens would be right, but `tokenizers` aligns a character it composed
-          ("\\u1100\\u1161\\u11a8" -> "\\uac01") with its first raw character only, so the tokens that
-          accent stripping or NFD split off it again would all point at that one character;
         * a special token hidden by a control character (see `_special_in_disguise`).
         """
         if text.isascii():  # the common case: none of the above can happen but the last
             return self._special_in_disguise(text)
         classes = _char_classes()
         risky = classes.needs_reference_lower if self.do_lower_case else classes.needs_reference
-        return (
-            not risky.isdisjoint(text)
-            or not unicodedata.is_normalized("NFC", text)
-            or self._special_in_disguise(text)
-        )
+        return not risky.isdisjoint(text) or self._special_in_disguise(text)
 
     @staticmethod
     def _special_in_disguise(text: str) -> bool:
@@ -865,7 +859,6 @@ class BertTokenizer:
             steps = [
                 normalizers.Replace(Regex(classes.removed), ""),
                 normalizers.Replace(Regex(classes.spaces), " "),
-                normalizers.NFC(),
             ]
             if self.basic_tokenizer.do_lower_case:
                 steps.append(normalizers.Lowercase())
@@ -873,7 +866,7 @@ class BertTokenizer:
                 steps += [normalizers.NFD(), normalizers.Replace(Regex(classes.nonspacing_marks), "")]
             tokenizer.normalizer = normalizers.Sequence(steps)
             # CJK ideographs are isolated after normalisation rather than before as in the reference;
-            # the same, since NFC/NFD/lower-casing map ideographs to ideographs and nothing else to them.
+            # the same, since NFD/lower-casing map ideographs to ideographs and nothing else to them.
             isolated = classes.punctuation
             if self.tokenize_chinese_chars:
                 isolated = isolated[:-1] + classes.chinese[1:]  # the union of the two [...] classes
@@ -964,8 +957,7 @@ class BertTokenizer:
 def _extend_over_joining(text: str, offsets: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Let a token's offsets take in the combining marks right after it.
 
-    `tokenizers` aligns a character that NFC composed ("e" + U+0301 -> "é") with its first raw
-    character only, and accents stripped from a word with no token, so "Cafe\\u0301" would get
+    `tokenizers` aligns accents stripped from a word with no token, so lower-cased "Cafe\\u0301" would get
     (0, 4). The marks belong to the token before them (up to the next token), also across dropped
     control characters between them: (0, 5). Both paths apply this, so their offsets agree.
     """

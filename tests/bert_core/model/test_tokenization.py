@@ -1,8 +1,9 @@
 """bert_core.model.tokenization against transformers' pure-Python BERT tokenizer, on Google's vocab files.
 
 The reference path (`tokenize`) and the fast path (`encode_batch`) must both give exactly the tokens
-of transformers' Python ("slow") BertTokenizer: `BertTokenizerLegacy` in transformers 5 (where
-`BertTokenizer` is the Rust-backed one), `BertTokenizer` in transformers 4.
+of Google's FullTokenizer. transformers' Python ("slow") BertTokenizer (`BertTokenizerLegacy` in
+transformers 5, where `BertTokenizer` is the Rust-backed one; `BertTokenizer` in transformers 4) is
+Google's code plus an NFC step at the start; run with that step disabled (`theirs`), it is Google's.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import functools
 import json
 import pickle
 import random
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -127,10 +129,39 @@ def ours(name: str) -> BertTokenizer:
     return BertTokenizer(vocab, do_lower_case=lower)
 
 
+class _WithoutNFC:
+    """`unicodedata` for transformers' tokenizer module, minus the NFC step transformers added."""
+
+    def __getattr__(self, name: str):
+        return getattr(unicodedata, name)
+
+    @staticmethod
+    def normalize(form: str, text: str) -> str:
+        return text if form == "NFC" else unicodedata.normalize(form, text)
+
+
+class GoogleFullTokenizer:
+    """transformers' Python BertTokenizer with the NFC step it adds to Google's code turned off."""
+
+    def __init__(self, vocab: Path, do_lower_case: bool = True, **options):
+        self.tokenizer = _python_tokenizer_class()(str(vocab), do_lower_case=do_lower_case, **options)
+        self.module = sys.modules[type(self.tokenizer.basic_tokenizer).__module__]
+
+    def __getattr__(self, name: str):
+        return getattr(self.tokenizer, name)
+
+    def tokenize(self, text: str) -> list[str]:
+        saved, self.module.unicodedata = self.module.unicodedata, _WithoutNFC()
+        try:
+            return self.tokenizer.tokenize(text)
+        finally:
+            self.module.unicodedata = saved
+
+
 @functools.cache
-def theirs(name: str):
+def theirs(name: str) -> GoogleFullTokenizer:
     vocab, lower = VOCABS[name]
-    return _python_tokenizer_class()(str(vocab), do_lower_case=lower)
+    return GoogleFullTokenizer(vocab, lower)
 
 
 @functools.cache
@@ -147,7 +178,7 @@ def sweep() -> list[str]:
 def _normalize(tokenizer: BertTokenizer, text: str) -> str:
     """What a slice of the original text becomes once normalised (to compare offsets with tokens)."""
     text = "".join(c for c in text if not (c in "\x00\ufffd" or unicodedata.category(c)[0] == "C"))
-    text = tokenizer.basic_tokenizer.normalize_word(unicodedata.normalize("NFC", text))
+    text = tokenizer.basic_tokenizer.normalize_word(text)
     return text.replace("\u03c2", "\u03c3")  # which sigma depends on the rest of the word
 
 
@@ -222,7 +253,8 @@ def test_ids_path_keeps_plain_ascii_out_of_rust(monkeypatch):
 def test_corpus_exercises_what_it_claims():
     tok = ours("uncased")
     assert tok.tokenize("Cafe\u0301 na\u00efve") == ["cafe", "naive"]
-    assert ours("cased").tokenize("Cafe\u0301") == ours("cased").tokenize("Café")
+    # cased: the combining accent stays a character of its own, as in Google's tokenizer
+    assert ours("cased").tokenize("Cafe\u0301") == ["Cafe", "##\u0301"] != ours("cased").tokenize("Café")
     assert tok.tokenize("北京") == ["北", "京"]
     assert tok.tokenize("b" * 101) == ["[UNK]"]
     cleaned = ["null", "##by", "##te", "zero", "##wi", "##dt", "##h"]  # "nullbyte zerowidth"
@@ -243,10 +275,9 @@ def test_ascii_shortcut_is_sound():
 
 def test_ordinary_text_does_not_fall_back_to_the_reference(monkeypatch):
     tok = ours("uncased")
-    # Everything but Greek capitals, a special token hidden by a control character, the rare
-    # characters, and text not in NFC goes through Rust.
+    # Everything but Greek capitals, a special token hidden by a control character and the rare
+    # characters goes through Rust, text not in NFC (decomposed accents, jamo) included.
     odd = ("ΟΔΟΣ", "ΣΣ", "[MA\u200bSK]", "a\u1dfab", "lone \ud800")
-    odd += ("Cafe\u0301", "q\u0323", "Decomposed", "é")
     ordinary = [text for text in CORPUS if not text.startswith(odd)]
     assert len(ordinary) == len(CORPUS) - len(odd)
     monkeypatch.setattr(BertTokenizer, "_reference_pieces", lambda self, text: pytest.fail(repr(text)))
@@ -327,12 +358,12 @@ def test_offsets_take_in_combining_marks():
     def offsets(name: str, text: str) -> list[tuple[int, int]]:
         return ours(name).encode(text, add_special_tokens=False).offsets
 
-    # NFC text (there is no precomposed t with diaeresis) goes through Rust
+    # precomposed and decomposed accents alike
     assert offsets("uncased", "Caf\u00e9 au lait\u0308") == [(0, 4), (5, 7), (8, 11), (11, 13)]
     assert offsets("cased", "Caf\u00e9 au lait\u0308") == [(0, 4), (5, 7), (8, 13)]
-    # decomposed text through the reference
     assert offsets("uncased", "Cafe\u0301 au lait\u0308") == [(0, 5), (6, 8), (9, 12), (12, 14)]
-    assert offsets("cased", "Cafe\u0301 au lait\u0308") == [(0, 5), (6, 8), (9, 14)]
+    # cased: the vocab has "##\u0301", a piece of its own (the precomposed "é" is not this word's)
+    assert offsets("cased", "Cafe\u0301 au lait\u0308") == [(0, 4), (4, 5), (6, 8), (9, 14)]
     assert offsets("uncased", "\u1100\u1161\u11a8") == [(0, 1), (1, 2), (2, 3)]  # one token per jamo
 
 
@@ -478,14 +509,13 @@ def test_from_model_dir_reads_casing(tmp_path):
 
 
 def test_options_match_transformers():
-    cls = _python_tokenizer_class()
     texts = ["Héllo Wörld 中文字", "x" * 12 + " " + "ab" * 4]
     for options in [
         {"do_lower_case": True, "strip_accents": False},
         {"do_lower_case": False, "strip_accents": True},
         {"do_lower_case": True, "tokenize_chinese_chars": False},
     ]:
-        tok, ref = BertTokenizer(UNCASED, **options), cls(str(UNCASED), **options)
+        tok, ref = BertTokenizer(UNCASED, **options), GoogleFullTokenizer(UNCASED, **options)
         all_texts = texts + CORPUS
         fast = [enc.tokens for enc in tok.encode_batch(all_texts, add_special_tokens=False)]
         assert [tok.tokenize(t) for t in all_texts] == [ref.tokenize(t) for t in all_texts] == fast, options
@@ -521,3 +551,41 @@ def test_character_classes_are_cached_on_disk_and_rebuilt_when_unreadable(tmp_pa
         assert json.loads(cached.read_text(encoding="utf-8"))["removed"] == scanned.removed
     finally:
         _char_classes.cache_clear()
+
+
+# ---- canonical equivalents: no normalisation in cased models (Google's FullTokenizer) -----------
+
+# Our own words, each written in two canonically equivalent ways (NFC would make them one).
+EQUIVALENTS = [
+    ("δο\u1f7bλος", "δο\u03cdλος"),  # Greek upsilon with oxia (U+1F7B) vs with tonos (U+03CD)
+    ("\u1f71ρτος", "\u03acρτος"),  # alpha with oxia vs tonos
+    ("caf\u00e9 na\u00efve", "cafe\u0301 nai\u0308ve"),  # precomposed vs combining accents
+    ("Ti\u1ebfng Vi\u1ec7t", "Tie\u0302\u0301ng Vie\u0323\u0302t"),  # Vietnamese: stacked marks
+    ("\u1e69 and \u1e69", "s\u0323\u0307 and s\u0307\u0323"),  # one letter, marks in either order
+    ("\ud55c\uad6d\uc5b4", "\u1112\u1161\u11ab\u1100\u116e\u11a8\u110b\u1165"),  # Hangul syllables vs jamo
+    ("\u212b and \u2126", "\u00c5 and \u03a9"),  # Angstrom and Ohm signs (singletons) vs letters
+]
+# Not canonical equivalents: NFC leaves them alone in any case (compatibility forms).
+COMPATIBILITY = ["the \ufb01ne \ufb02ow", "\uff21\uff22\uff23\uff11\uff12", "\u2460 \u00bd x\u00b2"]
+
+
+@pytest.mark.parametrize("name", ["cased", "uncased"])
+def test_canonical_equivalents_match_googles_tokenizer(name):
+    texts = [text for pair in EQUIVALENTS for text in pair] + COMPATIBILITY
+    tok = ours(name)
+    for text, encoding in zip(texts, tok.encode_batch(texts, add_special_tokens=False)):
+        expected = theirs(name).tokenize(text)
+        assert tok.tokenize(text) == expected, repr(text)
+        assert encoding.tokens == expected, repr(text)
+
+
+def test_cased_tokens_keep_characters_as_written():
+    """Cased: U+1F7B is not its NFC equivalent U+03CD (the STS-B sentence of the defect report), and a
+    decomposed accent is not the precomposed letter; uncased: accent stripping makes them one."""
+    cased, uncased = ours("cased"), ours("uncased")
+    oxia, tonos = EQUIVALENTS[0]
+    assert cased.tokenize(oxia) == ["[UNK]"] != cased.tokenize(tonos)
+    assert "[UNK]" not in cased.tokenize(tonos)
+    assert cased.tokenize("cafe\u0301") != cased.tokenize("caf\u00e9")
+    for a, b in EQUIVALENTS[:5]:
+        assert uncased.tokenize(a) == uncased.tokenize(b), (a, b)
