@@ -79,18 +79,19 @@ def segment(inputs: list[str], output: str) -> str:
 
 
 @on_ray_cluster_when_asked
-def make_shards(segmented: str | list[str], output: str, vocab: str, max_seq_length: int = 128,
-                max_predictions_per_seq: int = 20, dupe_factor: int = 5, seed: int = 12345,
-                holdout_fraction: float = 0.0, split: str = "all") -> str:
+def make_shards(segmented: str | list[str], output: str, vocab: str, max_seq_length: int | None = None,
+                max_predictions_per_seq: int | None = None, dupe_factor: int | None = None, seed: int | None = None,
+                holdout_fraction: float | None = None, split: str = "all") -> str:
     """Shards of `segmented`; with a holdout_fraction, only one side of the held-out split (`split`:
-    "train", or "heldout" for the evaluation shards: one masking pass)."""
+    "train", or "heldout" for the evaluation shards: one masking pass). None: ShardConfig's default."""
     from bert_core.data.instances import ShardConfig
     from bert_core.data.make_shards import heldout_config
     from bert_core.launch.ray_shards import make_shards as run
 
     inputs = [segmented] if isinstance(segmented, str) else list(segmented)
-    config = ShardConfig(max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
-                         dupe_factor=dupe_factor, random_seed=seed, holdout_fraction=holdout_fraction,
+    given = {"max_seq_length": max_seq_length, "max_predictions_per_seq": max_predictions_per_seq,
+             "dupe_factor": dupe_factor, "random_seed": seed, "holdout_fraction": holdout_fraction}
+    config = ShardConfig(**{k: v for k, v in given.items() if v is not None},
                          split="train" if split == "heldout" else split)
     run(inputs, output, vocab, heldout_config(config) if split == "heldout" else config, progress=False)
     return output
