@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bert_core.errors import BertPipelineError
+from bert_core.options import option
 
 SPLITS = ("all", "train", "heldout")
 
@@ -54,35 +55,56 @@ def is_heldout(document: Sequence[str], fraction: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2.0**64 < fraction
 
 
+MASKING = "instances and masking (Google's create_pretraining_data.py flags)"
+UNITS = "units, shards and memory"
+HOLDOUT = "held-out split"
+
+
 @dataclass(frozen=True)
 class ShardConfig:
     """Everything that decides the shards' bytes (recorded in the manifest). Workers are not in it:
-    the output does not depend on them."""
+    the output does not depend on them. The make-shards flags are generated from these fields."""
 
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
-    short_seq_prob: float = 0.1
-    dupe_factor: int = 5
-    random_seed: int = 12345
-    whole_word_mask: bool = False
-    do_lower_case: bool = True
+    GROUPS = (MASKING, UNITS, HOLDOUT)
+
+    max_seq_length: int = option(128, "tokens per instance, [CLS] and [SEP]s included", group=MASKING)
+    max_predictions_per_seq: int = option(20, "most masked-LM predictions per instance", group=MASKING)
+    masked_lm_prob: float = option(0.15, "fraction of an instance's tokens to predict", group=MASKING)
+    short_seq_prob: float = option(0.1, "probability of a document's instances targeting a random shorter length",
+                                   group=MASKING)
+    dupe_factor: int = option(5, "passes over the input, each with fresh masks", group=MASKING)
+    random_seed: int = option(12345, "seed of the instances and their masks", group=MASKING)
+    whole_word_mask: bool = option(False, "mask all WordPiece pieces of a word together (Google's "
+                                   "--do_whole_word_mask)", group=MASKING)
+    do_lower_case: bool = option(True, "keep case, for cased vocabs (default: lower-case and strip accents "
+                                 "before WordPiece, for uncased vocabs: --do-lower-case)", group=MASKING,
+                                 negate="--cased", aliases=("--do-lower-case",))
     # A unit closes after this many documents or this many characters of text, whichever comes first
     # (a worker needs ~50 bytes per character of its unit; smaller units also balance workers better).
-    chunk_documents: int = 1000
-    chunk_chars: int = 1_000_000
-    instances_per_shard: int = 10_000
+    chunk_documents: int = option(1000, "documents per unit of work; the random next sentence is drawn from the "
+                                  "unit", group=UNITS, metavar="N")
+    chunk_chars: int = option(1_000_000, "a unit also closes after this many characters of text (bounds memory "
+                              "with long documents)", group=UNITS, metavar="N")
+    instances_per_shard: int = option(10_000, "instances per .npz shard; the last one may hold fewer", group=UNITS,
+                                      metavar="N")
     # Draw every random number as Google's script does (about 2x slower). A single-unit run then gives
     # Google's instances exactly; otherwise the same distribution comes from faster vectorised draws.
-    google_random_stream: bool = False
+    google_random_stream: bool = option(False, "draw every random number exactly as Google's script does (about "
+                                        "2x slower to make instances). Default: the same distributions from faster "
+                                        "vectorised draws. With it, a single-file input that fits in one unit "
+                                        "gives exactly Google's instances", group=MASKING)
     # Instances from consecutive units are mixed in a buffer of this many before being written.
-    shuffle_buffer: int = 20_000
+    shuffle_buffer: int = option(20_000, "instances from consecutive units are mixed in a buffer of this many "
+                                 "before being written", group=UNITS, metavar="N")
     # Held-out split by document: a document is held out when the hash of its text falls below
     # holdout_fraction (is_heldout), so the split depends neither on file order, units nor the seed, and
     # a document repeated in the corpus lands on the same side. split "all" keeps every document;
     # "train" / "heldout" keep one side (make_split_shards writes both).
-    holdout_fraction: float = 0.0
-    split: str = "all"
+    holdout_fraction: float = option(0.0, "hold out about this fraction of the documents (chosen by a hash of "
+                                     "each document's text, so the split is stable across runs and seeds) as "
+                                     "evaluation shards: one masking pass, random next sentences from held-out "
+                                     "documents only; 0: none", group=HOLDOUT, metavar="F")
+    split: str = option("all", cli=False)
 
     def check(self) -> None:
         problems = []

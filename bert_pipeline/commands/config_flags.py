@@ -76,7 +76,10 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type,
         names = [meta["flag"] or "--" + f.name.replace("_", "-"), *meta["aliases"]]
         if kind == "bool":
             if meta["negate"]:
-                target.add_argument(meta["negate"], dest=f.name, action="store_false", **kwargs)
+                switch = target.add_mutually_exclusive_group() if meta["aliases"] else target
+                switch.add_argument(meta["negate"], dest=f.name, action="store_false", **kwargs)
+                for alias in meta["aliases"]:  # the positive flag, kept where it was documented
+                    switch.add_argument(alias, dest=f.name, action="store_true", help=argparse.SUPPRESS)
             else:
                 target.add_argument(*names, dest=f.name, action="store_true", **kwargs)
             continue

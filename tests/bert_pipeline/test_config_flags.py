@@ -8,24 +8,27 @@ import dataclasses
 
 import pytest
 
+from bert_core.data.instances import ShardConfig
 from bert_core.deploy.export import ExportConfig
 from bert_core.finetune.config import FinetuneConfig, SquadOptions
 from bert_core.pretrain.config import PretrainConfig
 from bert_core.train.config import OptimizerConfig, RayTrainConfig, TrackingConfig
-from bert_pipeline.commands import export, finetune, predict, pretrain
+from bert_pipeline.commands import export, finetune, make_shards, predict, pretrain
 from bert_pipeline.commands.config_flags import cli_fields, config_from_args
 
 COMMANDS = {"pretrain": (pretrain, PretrainConfig), "finetune": (finetune, FinetuneConfig),
-            "export": (export, ExportConfig)}
+            "export": (export, ExportConfig), "make-shards": (make_shards, ShardConfig)}
 MINIMAL = {
     "pretrain": ["--data", "shards", "--model", "bert_2_128_2", "--output", "out", "--num-steps", "10"],
     "finetune": ["sst-2", "--data-dir", "d", "--model", "m", "--output", "out"],
     "export": ["--task", "classification", "--output", "out", "--model", "m"],
+    "make-shards": ["segmented", "--output", "out", "--vocab", "vocab.txt"],
 }
 REQUIRED = {
     "pretrain": dict(data="shards", model="bert_2_128_2", output="out", num_steps=10),
     "finetune": dict(task="sst-2", data_dir="d", model="m", output="out"),
     "export": dict(task="classification", output="out", model="m"),
+    "make-shards": {},
 }
 SHARED = [f.name for piece in (OptimizerConfig, RayTrainConfig, TrackingConfig) for f in dataclasses.fields(piece)]
 
@@ -51,7 +54,7 @@ def test_flag_defaults_are_the_configs(name):
 
 
 def test_every_field_has_help():
-    for config_cls in (PretrainConfig, FinetuneConfig, ExportConfig, SquadOptions):
+    for config_cls in (PretrainConfig, FinetuneConfig, ExportConfig, SquadOptions, ShardConfig):
         for field in cli_fields(config_cls):
             assert len(field.metadata["help"]) > 10, f"{config_cls.__name__}.{field.name}: no help"
 
@@ -78,6 +81,11 @@ def test_old_flag_names_keep_working():
     cfg = config_from_args(PretrainConfig, args)
     assert cfg.adam_eps == 1e-8 and cfg.resume == "latest"
     assert config_from_args(PretrainConfig, parser_of(pretrain).parse_args(MINIMAL["pretrain"])).resume is None
+    shards = parser_of(make_shards)
+    for flags, lower in (([], True), (["--cased"], False), (["--do-lower-case"], True)):
+        assert config_from_args(ShardConfig, shards.parse_args(MINIMAL["make-shards"] + flags)).do_lower_case is lower
+    with pytest.raises(SystemExit):
+        shards.parse_args(MINIMAL["make-shards"] + ["--cased", "--do-lower-case"])
 
 
 def test_squad_options_are_one_object_in_finetune_export_and_predict():
