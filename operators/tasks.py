@@ -79,22 +79,34 @@ def segment(inputs: list[str], output: str) -> str:
 
 
 @on_ray_cluster_when_asked
-def make_shards(segmented: str | list[str], output: str, vocab: str, max_seq_length: int | None = None,
-                max_predictions_per_seq: int | None = None, dupe_factor: int | None = None, seed: int | None = None,
-                holdout_fraction: float | None = None, split: str = "all") -> str:
+def make_shards(segmented: str | list[str], output: str, vocab: str, settings: dict[str, Any] | None = None,
+                split: str = "all") -> str:
     """Shards of `segmented`; with a holdout_fraction, only one side of the held-out split (`split`:
-    "train", or "heldout" for the evaluation shards: one masking pass). None: ShardConfig's default."""
+    "train", or "heldout" for the evaluation shards: one masking pass). `settings`: ShardConfig fields; the
+    library's defaults for the rest."""
     from bert_core.data.instances import ShardConfig
     from bert_core.data.make_shards import heldout_config
     from bert_core.launch.ray_shards import make_shards as run
 
     inputs = [segmented] if isinstance(segmented, str) else list(segmented)
-    given = {"max_seq_length": max_seq_length, "max_predictions_per_seq": max_predictions_per_seq,
-             "dupe_factor": dupe_factor, "random_seed": seed, "holdout_fraction": holdout_fraction}
-    config = ShardConfig(**{k: v for k, v in given.items() if v is not None},
+    config = ShardConfig(**_known(ShardConfig, settings, "make_shards settings", exclude=("split",)),
                          split="train" if split == "heldout" else split)
     run(inputs, output, vocab, heldout_config(config) if split == "heldout" else config, progress=False)
     return output
+
+
+def _known(config_cls: type, settings: dict[str, Any] | None, what: str,
+           exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`settings`, checked to be fields of `config_cls`: a misspelt one is an error naming it and the known ones."""
+
+    from bert_core.errors import BertPipelineError
+
+    settings = dict(settings or {})
+    known = {f.name for f in dataclasses.fields(config_cls)} - set(exclude)
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise BertPipelineError(f"{what}: unknown {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return settings
 
 
 def validate_shards(shards_dir: str) -> dict[str, Any]:
@@ -111,21 +123,22 @@ def validate_shards(shards_dir: str) -> dict[str, Any]:
 
 
 @on_ray_cluster_when_asked
-def pretrain(shards_dir: str, output: str, model: str, num_workers: int = 2, num_steps: int = 40,
-             batch_size: int = 32, lr: float | None = None, vocab: str | None = None, seed: int = 0,
+def pretrain(shards_dir: str, output: str, settings: dict[str, Any] | None = None, vocab: str | None = None,
              data_eval: str | None = None) -> dict[str, Any]:
-    """Pretrain from scratch; on Ray Train (local Ray unless RAY_ADDRESS) when num_workers > 1. lr None: the
-    library's default rule (bert_core.pretrain.recipe), as the CLI. `data_eval`: held-out shards, on which the
-    final metrics (and the promotion gate) are computed."""
-    from bert_core.pretrain.config import PretrainConfig
-
-    config = PretrainConfig(data=shards_dir, output=output, model=model, vocab=vocab, num_workers=num_workers,
-                            num_steps=num_steps, batch_size=batch_size, lr=lr, seed=seed, data_eval=data_eval,
-                            ckpt_interval=0, log_interval=10, progress=False)
-    ensure_experiment("bert-pretrain")
+    """Pretrain (on Ray Train, local Ray unless RAY_ADDRESS, when settings num_workers > 1). `settings`:
+    PretrainConfig fields (model or pretrained, num_steps, batch_size, optimizer, dtype, ...); the library's
+    defaults for the rest, as the CLI (lr None: bert_core.pretrain.recipe's rule). `data_eval`: held-out
+    shards, on which the final metrics (and the promotion gate) are computed. A retried task resumes from the
+    run's last checkpoint (resume="auto")."""
     from bert_core.launch.run import run_step
+    from bert_core.pretrain.config import PretrainConfig
     from bert_core.pretrain.step import PRETRAIN
 
+    settings = _known(PretrainConfig, settings, "pretrain settings",
+                      exclude=("data", "output", "vocab", "data_eval", "resume", "progress"))
+    config = PretrainConfig(data=shards_dir, output=output, vocab=vocab, data_eval=data_eval, resume="auto",
+                            progress=False, **settings)
+    ensure_experiment("bert-pretrain")
     result = run_step(PRETRAIN, config)
     return {"output": output, "metrics": result["metrics"], "mlflow_run_id": result.get("mlflow_run_id"),
             "metrics_on": "held-out" if data_eval else "training data",
@@ -146,11 +159,7 @@ def finetune(task: str, data_dir: str, model: str, output: str,
     from bert_core.launch.run import run_step
 
     name = tasks.get(task).name
-    settings = dict(settings or {})
-    known = {f.name for f in dataclasses.fields(FinetuneConfig)} - {"task", "data_dir", "model", "output"}
-    unknown = sorted(set(settings) - known)
-    if unknown:
-        raise BertPipelineError(f"finetune settings: unknown {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    settings = _known(FinetuneConfig, settings, "finetune settings", exclude=("task", "data_dir", "model", "output"))
     config = FinetuneConfig(task=name, data_dir=data_dir, model=model, output=output, **settings)
     ensure_experiment(f"bert-finetune/{name}")
     tracker = build_tracker(True, experiment=f"bert-finetune/{name}")
@@ -294,11 +303,42 @@ def plan_finetune(params: dict[str, Any], run_id: str | None) -> list[dict[str, 
     return specs
 
 
-def plan_pretraining(params: dict[str, Any], run_id: str | None) -> dict[str, Any]:
+def plan_pretraining(params: dict[str, Any], run_id: str | None, shard_settings: tuple[str, ...] = (),
+                     pretrain_settings: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The run's inputs, vocab and work dir; and its settings checked before any work starts: an impossible
+    combination (both model and pretrained, a batch that does not split over the workers, a GPU setting
+    without a GPU, no held-out split for the promotion gate) fails this first task, naming the param."""
+    if shard_settings or pretrain_settings:
+        _check_pretraining_settings(params, shard_settings, pretrain_settings)
     model_dir = None if params.get("vocab") else default_model_dir()
     return {"work_dir": work_dir(params, run_id, "pretraining"),
             "inputs": list(params.get("inputs") or [demo_data("corpus")]),
             "vocab": params.get("vocab") or str(Path(model_dir) / "vocab.txt")}
+
+
+def _check_pretraining_settings(params: dict[str, Any], shard_settings: tuple[str, ...],
+                                pretrain_settings: tuple[str, ...]) -> None:
+    from bert_core.data.instances import ShardConfig
+    from bert_core.errors import BertPipelineError
+    from bert_core.pretrain.config import PretrainConfig
+    from operators.params import settings_from
+
+    try:
+        shards = ShardConfig(**settings_from(params, shard_settings))
+        shards.check()
+        config = PretrainConfig(data="<shards>", output="<work_dir>/pretrained", **settings_from(params, pretrain_settings))
+        config.validate()
+    except BertPipelineError as exc:
+        raise BertPipelineError(f"bert_pretraining params: {exc}") from None
+    if not shards.holdout_fraction > 0:
+        raise BertPipelineError("bert_pretraining params: holdout_fraction must be above 0: the promotion gate "
+                                "scores the model on held-out documents")
+    if config.use_gpu:
+        import torch
+
+        if not torch.cuda.is_available() and not os.environ.get("RAY_ADDRESS"):
+            raise BertPipelineError("bert_pretraining params: use_gpu is set, but this machine has no GPU and "
+                                    "RAY_ADDRESS names no cluster")
 
 
 def shard_dir(work: str, segmented_file: str) -> str:

@@ -61,15 +61,15 @@ def bert_demo():
 
     @bert_task
     def make_shards(segmented: str, work_dir: str, vocab: str, params=None) -> str:
-        return ops.make_shards(segmented, f"{work_dir}/shards", vocab, max_seq_length=params["max_seq_length"],
-                               max_predictions_per_seq=10, dupe_factor=params["dupe_factor"],
-                               holdout_fraction=params["holdout_fraction"], split="train")
+        return ops.make_shards(segmented, f"{work_dir}/shards", vocab, {
+            "max_seq_length": params["max_seq_length"], "max_predictions_per_seq": 10,
+            "dupe_factor": params["dupe_factor"], "holdout_fraction": params["holdout_fraction"]}, split="train")
 
     @bert_task
     def make_heldout_shards(segmented: str, work_dir: str, vocab: str, params=None) -> str:
-        return ops.make_shards(segmented, f"{work_dir}/shards-heldout", vocab,
-                               max_seq_length=params["max_seq_length"], max_predictions_per_seq=10,
-                               holdout_fraction=params["holdout_fraction"], split="heldout")
+        return ops.make_shards(segmented, f"{work_dir}/shards-heldout", vocab, {
+            "max_seq_length": params["max_seq_length"], "max_predictions_per_seq": 10,
+            "holdout_fraction": params["holdout_fraction"]}, split="heldout")
 
     @bert_task
     def validate_shards(shards: str) -> dict:
@@ -77,9 +77,10 @@ def bert_demo():
 
     @bert_task
     def pretrain(validated: dict, heldout: str, work_dir: str, vocab: str, params=None) -> dict:
-        return ops.pretrain(validated["shards_dir"], f"{work_dir}/pretrained", params["pretrain_model"],
-                            num_workers=params["pretrain_workers"], num_steps=params["pretrain_steps"],
-                            batch_size=params["pretrain_batch_size"], vocab=vocab, data_eval=heldout)
+        return ops.pretrain(validated["shards_dir"], f"{work_dir}/pretrained", {
+            "model": params["pretrain_model"], "num_workers": params["pretrain_workers"],
+            "num_steps": params["pretrain_steps"], "batch_size": params["pretrain_batch_size"],
+            "ckpt_interval": 0}, vocab=vocab, data_eval=heldout)
 
     @bert_task
     def finetune(task_name: str, data_dir: str, model: str, work_dir: str, epochs_param: str, params=None) -> dict:

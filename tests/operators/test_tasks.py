@@ -47,10 +47,11 @@ def test_single_worker_pretrain_and_rerun_finetune_register(tmp_path, monkeypatc
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     segmented = ops.segment([ops.demo_data("corpus")], str(tmp_path / "segmented"))
     shards = ops.make_shards(segmented, str(tmp_path / "shards"), str(minilm_dir / "vocab.txt"),
-                             max_seq_length=64, max_predictions_per_seq=10, dupe_factor=1)
+                             {"max_seq_length": 64, "max_predictions_per_seq": 10, "dupe_factor": 1})
     assert ops.validate_shards(shards)["instances"] > 100
-    pretrained = ops.pretrain(shards, str(tmp_path / "pretrained"), "bert_2_64_2", num_workers=1, num_steps=3,
-                              batch_size=8, vocab=str(minilm_dir / "vocab.txt"))
+    pretrained = ops.pretrain(shards, str(tmp_path / "pretrained"),
+                              {"model": "bert_2_64_2", "num_workers": 1, "num_steps": 3, "batch_size": 8},
+                              vocab=str(minilm_dir / "vocab.txt"))
     assert pretrained["mlflow_run_id"]
     assert ops.register_and_promote(pretrained, str(tmp_path / "reg"), promote=False)["candidate"] == "1"
 

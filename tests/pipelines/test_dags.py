@@ -81,6 +81,20 @@ def test_pretraining_dag_maps_make_shards_over_input_files(dagbag):
     assert {t.task_id for t in dag.tasks if t.is_mapped} == {"make_shards", "validate_shards"}
     # One source for the training defaults: the DAG leaves the learning rate to the library's rule.
     assert dag.params["lr"] is None and dag.params["holdout_fraction"] == 0.05
+    # A production run can be started from the trigger form: precision, GPUs, workers, optimizer, warmup,
+    # accumulation, masking, held-out split, starting weights, checkpoints, storage, failures.
+    production = {"dtype", "use_gpu", "num_workers", "optimizer", "warmup_ratio", "adam_eps", "accumulate",
+                  "masked_lm_prob", "whole_word_mask", "do_lower_case", "holdout_fraction", "pretrained",
+                  "ckpt_interval", "storage", "max_failures"}
+    assert production <= set(dag.params)
+    # ... with the library's defaults (one source), except the DAG's own few, which it names.
+    from bert_core.pretrain.config import PretrainConfig
+    from pipelines.bert_pretraining import DAG_DEFAULTS
+
+    library = PretrainConfig(data="d", output="o", model="m", num_steps=1)
+    for name in ("dtype", "adam_eps", "accumulate", "ckpt_interval", "max_failures", "weight_decay"):
+        assert dag.params[name] == getattr(library, name), name
+    assert all(dag.params[name] == value for name, value in DAG_DEFAULTS.items())
 
 
 def test_nightly_dag_is_scheduled_daily_and_maps_over_models(dagbag):
