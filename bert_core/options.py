@@ -2,8 +2,9 @@
 
 The step configs (PretrainConfig, FinetuneConfig, ExportConfig, ...) are composed from small typed pieces
 (OptimizerConfig, SquadOptions, RayTrainConfig, TrackingConfig); each field's default is written once, here
-in the library, and the CLI generates its flags from the fields (bert_pipeline/commands/config_flags.py), so
-a flag, its default and its help cannot drift apart, and a flag means the same thing in every command.
+in the library; the CLI generates its flags (bert_pipeline/commands/config_flags.py) and the DAGs their Params
+(operators/params.py) from the fields, so a flag, a Param, their default and help cannot drift apart, and a
+setting means the same thing in every command and DAG.
 """
 
 from __future__ import annotations
