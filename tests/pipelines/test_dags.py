@@ -69,6 +69,14 @@ def test_finetune_dag_maps_over_tasks(dagbag):
     mapped = {t.task_id for t in dag.tasks if t.is_mapped}
     assert mapped == {"finetune", "evaluate", "register_and_promote"}
     assert set(dag.params["tasks"]) == {"sst-2", "squad"}
+    # The fine-tuning settings come from FinetuneConfig (one source), but for the DAG's own named few.
+    from bert_core.finetune.config import FinetuneConfig
+    from pipelines.bert_finetune import DAG_DEFAULTS
+
+    library = FinetuneConfig(task="sst-2", data_dir="d", model="m", output="o")
+    for name in ("max_len", "max_seq_length", "num_workers", "use_gpu"):
+        assert dag.params[name] == getattr(library, name), name
+    assert all(dag.params[name] == value for name, value in DAG_DEFAULTS.items())
 
 
 def test_pretraining_dag_maps_make_shards_over_input_files(dagbag):

@@ -34,7 +34,7 @@ def digests(out: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_ray_tasks_give_the_same_bytes(corpus, tmp_path, monkeypatch, caplog):
-    ray = pytest.importorskip("ray")
+    import ray
     sharding.make_shards([str(corpus)], str(tmp_path / "inline"), VOCAB, SMALL)
     # address="local": a fresh local instance, even when another Ray cluster runs on this machine.
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
