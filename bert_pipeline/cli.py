@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "embed": ("bert_pipeline.commands.embed", "token and sentence vectors from a BERT model (BertEmbedding)"),
     "export": ("bert_pipeline.commands.export", "export a task model to static-shape ONNX or torch.export (.pt2)"),
-    "predict": ("bert_pipeline.commands.predict", "run an exported model on GLUE-style TSV or SQuAD JSON input"),
+    "predict": ("bert_pipeline.commands.predict", "answer raw-text requests with a model (dir or models:/ URI), or run an export on task files"),
     "convert-tf-checkpoint": (
         "bert_pipeline.commands.convert_tf_checkpoint",
         "convert a Google TensorFlow BERT checkpoint to a model directory (config.json + model.safetensors)",

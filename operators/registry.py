@@ -133,8 +133,12 @@ def decide(candidate: dict[str, float], champion: dict[str, float] | None, gates
 
 def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None = None,
             floors: dict[str, float] | None = None, tracking_uri: str | None = None,
-            report_path: str | Path | None = None, require_heldout: bool = False) -> dict[str, Any]:
+            report_path: str | Path | None = None, require_heldout: bool = False,
+            check_serving: bool = True) -> dict[str, Any]:
     """Move `champion` to `name`/`version` if its gates pass; the replaced champion becomes `previous`.
+
+    check_serving: before the alias moves, the registered pyfunc is loaded as `mlflow models serve` loads it
+    and answers the dev examples its evaluation scored; any answer that differs blocks the promotion.
 
     require_heldout: the candidate's metrics must have been measured on held-out data (its `metrics_on`
     tag, set at registration): a pretrained model scored on its own training data proves nothing.
@@ -151,6 +155,7 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
     candidate = version_metrics(client, name, version)
     champion_version = current_version(client, name, CHAMPION)
     champion = version_metrics(client, name, champion_version) if champion_version else None
+    served: dict[str, Any] | None = None
     if champion_version == version:
         promoted, reasons = True, ["already the champion"]
     else:
@@ -159,6 +164,12 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
         if require_heldout and metrics_on != "held-out":
             promoted = False
             reasons.append(f"its metrics were measured on {metrics_on or 'unrecorded data'}, not on held-out data")
+        if promoted and check_serving:
+            served = serving_check(name, version)
+            if served["problems"]:
+                promoted = False
+                reasons.append("the registered model, loaded as it is served, does not answer as its evaluation "
+                               "did: " + "; ".join(served["problems"]))
         if promoted:
             reasons = ["first model: no champion yet"] if champion is None else [
                 "every gate metric is no worse than the champion's"]
@@ -168,7 +179,7 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
         "previous_after": champion_version if promoted and champion_version != version
         else current_version(client, name, PREVIOUS),
         "gates": list(gates), "floors": floors, "candidate_metrics": candidate,
-        "champion_metrics": champion, "reasons": reasons, "decided_at": now(),
+        "champion_metrics": champion, "reasons": reasons, "decided_at": now(), "serving_check": served,
     }
     if promoted and champion_version != version:
         if champion_version is not None:
@@ -188,18 +199,44 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
     return report
 
 
+def serving_check(name: str, version: str) -> dict[str, Any]:
+    """{"examples": n, "problems": [...]}: the registered version loaded as a server loads it
+    (mlflow.pyfunc.load_model), answering the dev examples that were scored (bert_core.deploy.mlflow_model)."""
+    import mlflow.pyfunc
+
+    from bert_core.deploy.mlflow_model import check_served
+
+    try:
+        model = mlflow.pyfunc.load_model(f"models:/{name}/{version}")
+        examples, problems = check_served(model)
+    except Exception as exc:  # noqa: BLE001 - any failure to load or answer is the finding itself
+        log.exception("%s version %s: the registered model could not be loaded or run", name, version)
+        return {"examples": 0, "problems": [f"loading or running it failed: {type(exc).__name__}: {exc}"]}
+    log.info("%s version %s: served artifact answered %d check example(s)%s", name, version, examples,
+             "" if not problems else f", {len(problems)} differ")
+    return {"examples": examples, "problems": problems}
+
+
 def download_model_dir(name: str, version: str, tracking_uri: str | None = None) -> Path:
     """A local copy of the model directory (config.json, weights, vocab.txt) of a registered version."""
+    return model_dir_from_uri(f"models:/{name}/{version}", tracking_uri)
+
+
+def model_dir_from_uri(uri: str, tracking_uri: str | None = None) -> Path:
+    """A local copy of the model directory behind an MLflow model URI (models:/NAME/VERSION,
+    models:/NAME@ALIAS, runs:/RUN_ID/model)."""
     import mlflow
 
     from bert_core.errors import BertPipelineError
 
     _client(tracking_uri)
-    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}"))
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
+    except mlflow.exceptions.MlflowException as exc:
+        raise BertPipelineError(f"{uri}: {exc.message}") from None
     configs = sorted(local.rglob("config.json"), key=lambda p: len(p.parts))
     if not configs:
-        raise BertPipelineError(f"{name} version {version}: the logged model holds no config.json (was it logged "
-                                "with bert_core.io.tracking's log_model_dir?)")
+        raise BertPipelineError(f"{uri}: the logged model holds no config.json (was it logged by bert-pipeline?)")
     return configs[0].parent
 
 

@@ -151,6 +151,7 @@ def finetune(task: str, data_dir: str, model: str, output: str,
     """Fine-tune `model` on `task` (on Ray Train with settings num_workers > 1); the MLflow run (experiment
     bert-finetune/<task>) holds the logged model. `settings`: FinetuneConfig fields (epochs, lr, doc_stride,
     ...); the library's defaults for the rest, so no default is written here."""
+    from bert_core.deploy.mlflow_model import pyfunc_spec
     from bert_core.errors import BertPipelineError
     from bert_core.finetune.step import FINETUNE, FinetuneConfig
     from bert_core.finetune.tasks import registry as tasks
@@ -162,7 +163,7 @@ def finetune(task: str, data_dir: str, model: str, output: str,
     settings = _known(FinetuneConfig, settings, "finetune settings", exclude=("task", "data_dir", "model", "output"))
     config = FinetuneConfig(task=name, data_dir=data_dir, model=model, output=output, **settings)
     ensure_experiment(f"bert-finetune/{name}")
-    tracker = build_tracker(True, experiment=f"bert-finetune/{name}")
+    tracker = build_tracker(True, experiment=f"bert-finetune/{name}", pyfunc=pyfunc_spec)
     try:
         before = manifest.read(output)
     except (FileNotFoundError, BertPipelineError):  # none yet, or not valid: the step itself reports the latter

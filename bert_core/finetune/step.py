@@ -39,6 +39,7 @@ import torch
 from tqdm import tqdm
 
 from bert_core.errors import BertPipelineError
+from bert_core.finetune import task_card
 from bert_core.finetune.config import FinetuneConfig
 from bert_core.finetune.tasks import registry
 from bert_core.finetune.tasks.adapters import ADAPTERS, Adapter, EvalSet
@@ -120,7 +121,11 @@ def finetune(cfg: FinetuneConfig, tracker: Tracker | None = None) -> dict:
     if plan.done is not None:
         return plan.done
     own_tracker = tracker is None
-    tracker = tracker or build_tracker(cfg.tracking, cfg.tracking_uri, experiment=experiment_name(cfg.task))
+    if tracker is None:
+        from bert_core.deploy.mlflow_model import pyfunc_spec
+
+        tracker = build_tracker(cfg.tracking, cfg.tracking_uri, experiment=experiment_name(cfg.task),
+                                pyfunc=pyfunc_spec)
     try:
         result = _work(cfg, plan, tracker, Worker())
     except BaseException:
@@ -349,6 +354,10 @@ def _write_and_score(adapter: Adapter, eval_sets: list[EvalSet], outputs: list[d
     scored = []
     for eval_set, eval_outputs in zip(eval_sets, outputs):
         written = adapter.write(eval_set, eval_outputs, out_dir)
+        if eval_set.has_gold and not scored:
+            # The first scored split's first examples and these very predictions: promotion checks the
+            # registered artifact against them (they travel in model/, see task_card).
+            task_card.write_checks(out_dir, adapter.check_examples(eval_set, eval_outputs))
         if eval_set.has_gold:
             scored.append({"split": eval_set.name, "gold_file": written.gold_file.name,
                            "prediction_file": written.prediction_file, "na_prob_file": written.na_prob_file,
@@ -368,11 +377,15 @@ def _write_output(cfg: FinetuneConfig, model, prepared: Prepared, best, history,
         (tmp / "model").mkdir()
         vocab = prepared.model_dir / "vocab.txt"
         save_state_dict(state, model.config, tmp / "model", vocab if vocab.is_file() else None)
-        files = [f"model/{p.name}" for p in sorted((tmp / "model").iterdir())]
+        task_card.write_card(tmp / "model", task_card.card_from_config(task.name, task.kind, cfg))
         predictions = []
         for path in sorted(epoch_dir.iterdir()):
+            if path.name == task_card.CHECKS:
+                shutil.copyfile(path, tmp / "model" / path.name)
+                continue
             shutil.copyfile(path, tmp / path.name)
             predictions.append(path.name)
+        files = [f"model/{p.name}" for p in sorted((tmp / "model").iterdir())]
         best_metrics = {k: v for k, v in history[epoch - 1].items() if k not in ("epoch", "train_loss")}
         (tmp / "metrics.json").write_text(json.dumps({"best_epoch": epoch, "main_metric": task.main_metric,
                                                       "dev": best_metrics, "epochs": history}, indent=2) + "\n")

@@ -9,9 +9,10 @@ MLflow specifics:
   $BERT_PIPELINE_HOME or ./.bert-pipeline. Any sqlite store keeps its artifacts beside its database
   (`mlartifacts/`); $BERT_PIPELINE_ARTIFACT_ROOT overrides (`artifact_location`).
 - Tags: git_sha, pipeline_run_id (Airflow's AIRFLOW_CTX_DAG_RUN_ID when under Airflow), data_sha256.
-- The final model is logged as an MLflow *logged model* (a pyfunc whose artifact is the model
-  directory, config.json + model.safetensors + vocab.txt), so the registry step can register
-  `runs:/<run_id>/model` or the model id; a bare artifact directory cannot be registered.
+- The final model is logged as an MLflow *logged model* (the task pyfunc of bert_core.deploy.mlflow_model,
+  whose artifact is the model directory: config.json + model.safetensors + vocab.txt [+ task.json]), so the
+  registry step can register `runs:/<run_id>/model` and `mlflow models serve` can serve it; a bare artifact
+  directory could be neither.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +136,8 @@ class Tracker:
 
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None: ...
 
-    def log_model_dir(self, model_dir: str | os.PathLike, name: str = "model") -> None: ...
+    def log_model_dir(self, model_dir: str | os.PathLike, name: str = "model") -> None:
+        """Log a model directory as an MLflow logged model (see MlflowTracker's `pyfunc`)."""
 
     def set_tags(self, tags: dict[str, str]) -> None: ...
 
@@ -145,13 +148,23 @@ class NullTracker(Tracker):
     """Tracks nothing."""
 
 
+PyfuncSpec = Callable[[str | os.PathLike], dict[str, Any]]
+
+
 class MlflowTracker(Tracker):
     """One MLflow run: a new one in `experiment`, or an existing one (`run_id`) that another process
-    started, e.g. the Ray driver's run that rank 0 logs into."""
+    started, e.g. the Ray driver's run that rank 0 logs into.
+
+    `pyfunc(model_dir)` -> mlflow.pyfunc.log_model's arguments for a model directory: the launchers pass
+    bert_core.deploy.mlflow_model.pyfunc_spec (the task pyfunc, its signature and input example). It is
+    given here, by whoever builds the tracker, because the steps that log models must not depend on
+    deployment (pretraining would reach fine-tuning's task code through it)."""
 
     def __init__(self, experiment: str = PRETRAIN_EXPERIMENT, tracking_uri: str | None = None,
-                 run_id: str | None = None, run_name: str | None = None):
+                 run_id: str | None = None, run_name: str | None = None, pyfunc: PyfuncSpec | None = None):
         import mlflow
+
+        self.pyfunc = pyfunc
 
         self._mlflow = mlflow
         self.tracking_uri = tracking_uri or default_tracking_uri()
@@ -177,13 +190,12 @@ class MlflowTracker(Tracker):
     def log_model_dir(self, model_dir: str | os.PathLike, name: str = "model") -> None:
         import mlflow.pyfunc
 
-        mlflow.pyfunc.log_model(
-            name=name,
-            python_model=_pyfunc_class()(),
-            artifacts={"model_dir": str(model_dir)},
-            # Explicit requirements: inferring them imports and probes the whole environment (slow).
-            pip_requirements=["bert-pipeline", "torch", "safetensors", "numpy"],
-        )
+        if self.pyfunc is None:
+            from bert_core.errors import BertPipelineError
+
+            raise BertPipelineError("this MLflow tracker was built without `pyfunc`, so it cannot log a model: "
+                                    "build it with pyfunc=bert_core.deploy.mlflow_model.pyfunc_spec")
+        mlflow.pyfunc.log_model(name=name, **self.pyfunc(model_dir))
 
     def set_tags(self, tags: dict[str, str]) -> None:
         self._mlflow.set_tags(tags)
@@ -196,47 +208,8 @@ class MlflowTracker(Tracker):
             self._mlflow.MlflowClient(self.tracking_uri).set_terminated(self.run_id, status=status)
 
 
-_PYFUNC_CLASS: type | None = None
-
-
-def _pyfunc_class() -> type:
-    """The pyfunc wrapper of a model directory, built on first use so that importing this module does
-    not import mlflow. Module-level `__getattr__` exposes it as `bert_core.io.tracking.BertModelDirPyfunc`,
-    so MLflow pickles it by reference and loads it from the installed package."""
-    global _PYFUNC_CLASS
-    if _PYFUNC_CLASS is None:
-        import mlflow.pyfunc
-
-        class BertModelDirPyfunc(mlflow.pyfunc.PythonModel):
-            """Loads the logged model directory; predict(token id lists) -> pooled [CLS] vectors."""
-
-            def load_context(self, context):
-                from bert_core.model.modeling import BertModel
-
-                self.model_dir = context.artifacts["model_dir"]
-                self.model = BertModel.from_pretrained(self.model_dir)
-
-            def predict(self, context, model_input: list[list[int]], params=None) -> list[list[float]]:
-                import torch
-
-                with torch.inference_mode():
-                    return [self.model(torch.tensor([[int(i) for i in ids]])).pooled_output[0].tolist()
-                            for ids in model_input]
-
-        BertModelDirPyfunc.__module__ = __name__
-        BertModelDirPyfunc.__qualname__ = "BertModelDirPyfunc"
-        _PYFUNC_CLASS = BertModelDirPyfunc
-    return _PYFUNC_CLASS
-
-
-def __getattr__(name: str):
-    if name == "BertModelDirPyfunc":
-        return _pyfunc_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def build_tracker(enabled: bool, tracking_uri: str | None = None, experiment: str = PRETRAIN_EXPERIMENT,
-                  run_id: str | None = None, run_name: str | None = None) -> Tracker:
+                  run_id: str | None = None, run_name: str | None = None, pyfunc: PyfuncSpec | None = None) -> Tracker:
     if not enabled:
         return NullTracker()
-    return MlflowTracker(experiment, tracking_uri, run_id=run_id, run_name=run_name)
+    return MlflowTracker(experiment, tracking_uri, run_id=run_id, run_name=run_name, pyfunc=pyfunc)

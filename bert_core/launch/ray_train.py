@@ -39,6 +39,7 @@ import torch
 from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
+from bert_core.deploy.mlflow_model import pyfunc_spec
 from bert_core.errors import BertPipelineError
 from bert_core.io import storage
 from bert_core.io.tracking import NullTracker, Tracker, build_tracker, pipeline_home
@@ -116,7 +117,7 @@ def _worker_setup(payload: dict[str, Any], use_gpu: bool) -> tuple[torch.device,
         torch.cuda.set_device(device)
     tracker: Tracker = NullTracker()
     if ray.train.get_context().get_world_rank() == 0 and payload["mlflow_run_id"]:
-        tracker = build_tracker(True, payload["tracking_uri"], run_id=payload["mlflow_run_id"])
+        tracker = build_tracker(True, payload["tracking_uri"], run_id=payload["mlflow_run_id"], pyfunc=pyfunc_spec)
     return device, tracker
 
 

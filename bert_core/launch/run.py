@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from bert_core.deploy.mlflow_model import pyfunc_spec
 from bert_core.io.tracking import Tracker, build_tracker
 from bert_core.train.step_spec import StepHook, StepSpec, Worker
 
@@ -48,7 +49,7 @@ def run_step(spec: StepSpec, config: Any, tracker: Tracker | None = None,
     own_tracker = tracker is None
     if tracker is None:
         tracker = build_tracker(config.tracking, config.tracking_uri, experiment=spec.experiment(config),
-                                run_name=name or getattr(config, "run_name", None))
+                                run_name=name or getattr(config, "run_name", None), pyfunc=pyfunc_spec)
     try:
         if on_ray:
             result = ray_train.fit(spec, config, plan, tracker, name, tuple(hooks))

@@ -1,26 +1,110 @@
-"""`bert-pipeline predict --export DIR INPUT`: run an exported model on task input, write predictions."""
+"""`bert-pipeline predict`: answers of a model for its task.
+
+Two inputs, two models:
+
+- `--model DIR|models:/NAME@ALIAS REQUESTS --output ANSWERS.jsonl`: raw-text requests (JSON Lines, or a JSON
+  list: one object per example with the task's fields, e.g. {"text": ...} or {"question": ..., "context": ...})
+  answered exactly as the registered model answers them behind `mlflow models serve` (the same
+  bert_core.deploy.serving code); with `--export DIR` as well, the export's graph does the arithmetic.
+- `--export DIR INPUT --output ...`: a GLUE-style TSV or SQuAD JSON file through an export's graph, written in
+  fine-tuning's prediction-file formats (submission TSV; predictions.json ...).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+from pathlib import Path
 
 from bert_pipeline.commands.config_flags import add_config_arguments, config_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--export", required=True, metavar="DIR", help="directory written by `bert-pipeline export`")
-    parser.add_argument("input", metavar="INPUT", help="GLUE-style TSV (classification/regression) or SQuAD JSON (QA)")
-    parser.add_argument("--task", help="GLUE/XNLI task name, to read a TSV (e.g. MRPC, SST-2, STS-B, XNLI)")
+    parser.add_argument("input", metavar="INPUT", help="with --model: requests as JSON Lines (one object per line) "
+                        "or a JSON list of objects; with --export only: a GLUE-style TSV (classification/"
+                        "regression) or SQuAD JSON (QA)")
+    parser.add_argument("--model", metavar="DIR_OR_URI",
+                        help="a fine-tuned model (finetune's output directory or its model/), a pretrained one "
+                        "(answers sentence embeddings), or an MLflow model URI such as models:/bert-sst-2@champion")
+    parser.add_argument("--export", metavar="DIR", help="directory written by `bert-pipeline export`: run its graph")
+    parser.add_argument("--task", help="--export with a TSV: the GLUE/XNLI task name (e.g. MRPC, SST-2, STS-B, XNLI)")
     parser.add_argument("--output", required=True, metavar="PATH",
-                        help="GLUE: the submission TSV to write; SQuAD: the directory for predictions.json, "
+                        help="--model: the JSON Lines file of answers, one per request, in order; --export only: "
+                        "GLUE's submission TSV, or the directory for SQuAD's predictions.json, "
                         "nbest_predictions.json (and null_odds.json with --version-2)")
-    parser.add_argument("--quantized", action="store_true", help="run the INT8 graph of the export")
+    parser.add_argument("--batch-size", type=int, default=32, help="--model: requests per forward pass (default 32)")
+    parser.add_argument("--quantized", action="store_true", help="--export only: run the INT8 graph of the export")
     from bert_core.finetune.config import SquadOptions
 
+    # With --model, the SQuAD settings are the ones the model was fine-tuned and scored with (its task.json).
     add_config_arguments(parser, SquadOptions)
 
 
+def read_requests(path: str) -> list[dict]:
+    """Request records from a JSON Lines file or a JSON list; errors name the file and line."""
+    from bert_core.errors import BertPipelineError
+
+    text = Path(path).read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BertPipelineError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        lines = [(i + 1, r) for i, r in enumerate(records)]
+        where = "item"
+    else:
+        lines = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                lines.append((number, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise BertPipelineError(f"{path}:{number}: not a JSON object ({exc.msg})") from None
+        where = "line"
+    for number, record in lines:
+        if not isinstance(record, dict):
+            raise BertPipelineError(f"{path}: {where} {number}: expected an object with the task's fields, got "
+                                    f"{type(record).__name__}")
+    return [r for _, r in lines]
+
+
+def _model_dir(model: str) -> str:
+    """A local model directory for a directory, an s3:// URI or zoo name, or an MLflow model URI."""
+    if model.startswith(("models:/", "runs:/")):
+        from operators.registry import model_dir_from_uri
+
+        return str(model_dir_from_uri(model))
+    if Path(model).is_dir():
+        return model
+    from bert_core.model.weights import resolve_model_dir
+
+    return str(resolve_model_dir(model))
+
+
 def run(args: argparse.Namespace) -> int:
+    from bert_core.errors import BertPipelineError
+
+    if args.model is None and args.export is None:
+        raise BertPipelineError("give --model (raw-text requests) or --export (task files through an export)")
+    if args.model is not None:
+        from bert_core.deploy.serving import InvalidRequest, TaskPredictor
+
+        predictor = TaskPredictor.from_model_dir(_model_dir(args.model), batch_size=args.batch_size,
+                                                 export_dir=args.export)
+        requests = read_requests(args.input)
+        try:
+            answers = predictor.predict(requests)
+        except InvalidRequest as exc:
+            raise BertPipelineError(f"{args.input}: {exc}") from None
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+        tmp.write_text("".join(json.dumps(a, ensure_ascii=False) + "\n" for a in answers), encoding="utf-8")
+        os.replace(tmp, out)
+        print(f"wrote {len(answers)} answers to {out}")
+        return 0
     from bert_core.deploy.export import ExportedModel, predict_file
     from bert_core.finetune.config import SquadOptions
 

@@ -7,22 +7,23 @@ import json
 import pytest
 
 from operators import registry
+from tests.tiny_bert import write_tiny_bert
 
 
 @pytest.fixture()
 def store(tmp_path, monkeypatch):
     """An MLflow sqlite store in tmp; returns a function that logs a model and registers it with metrics."""
+    from bert_core.deploy.mlflow_model import pyfunc_spec
     from bert_core.io.tracking import MlflowTracker
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    model_dir = tmp_path / "model"
-    model_dir.mkdir()
-    (model_dir / "config.json").write_text("{}")
+    # A real (tiny) model: promotion loads the registered pyfunc and has it answer before the alias moves.
+    model_dir = write_tiny_bert(tmp_path / "model")
 
     def add(metrics: dict[str, float], name: str = "bert-sst-2", tags: dict[str, str] | None = None) -> str:
-        tracker = MlflowTracker("bert-finetune/sst-2")
+        tracker = MlflowTracker("bert-finetune/sst-2", pyfunc=pyfunc_spec)
         tracker.log_model_dir(model_dir)
         tracker.end()
         return registry.register(tracker.run_id, name, metrics, tags={"origin": "test", **(tags or {})})["version"]

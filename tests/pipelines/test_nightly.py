@@ -47,6 +47,7 @@ def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, mi
     import torch
     from safetensors.torch import load_file, save_file
 
+    from bert_core.deploy.mlflow_model import pyfunc_spec
     from bert_core.io.tracking import MlflowTracker
     from operators import registry
     from operators import tasks as ops
@@ -77,7 +78,7 @@ def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, mi
     weights["classifier.weight"] = torch.zeros_like(weights["classifier.weight"])
     weights["classifier.bias"] = torch.tensor([1.0, 0.0])
     save_file(weights, broken / "model.safetensors")
-    tracker = MlflowTracker("bert-finetune/sst-2")
+    tracker = MlflowTracker("bert-finetune/sst-2", pyfunc=pyfunc_spec)
     tracker.log_model_dir(broken)
     tracker.end()
     candidate = registry.register(tracker.run_id, "bert-sst-2", {"accuracy": 0.5})["version"]

@@ -7,7 +7,6 @@ model's outputs on an evaluation file back into the prediction files the officia
 from __future__ import annotations
 
 import abc
-import bisect
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from bert_core.errors import BertPipelineError
-from bert_core.finetune.tasks import conll, features, glue, squad
+from bert_core.finetune.tasks import conll, features, glue, outputs, squad
 from bert_core.finetune.tasks.registry import Split, TaskInfo, find_file
 from bert_core.model.modeling import (
     BertForQuestionAnswering,
@@ -25,6 +24,9 @@ from bert_core.model.modeling import (
 )
 
 log = logging.getLogger(__name__)
+
+CHECK_EXAMPLES = 8  # dev examples kept with a model, with their scored predictions, to check serving by
+
 
 @dataclass
 class EvalSet:
@@ -98,6 +100,12 @@ class Adapter(abc.ABC):
     def write(self, eval_set: EvalSet, outputs: dict[str, np.ndarray], out_dir: Path) -> Predictions:
         """Prediction files for the model's outputs on `eval_set`."""
 
+    @abc.abstractmethod
+    def check_examples(self, eval_set: EvalSet, outputs: dict[str, np.ndarray],
+                       limit: int = CHECK_EXAMPLES) -> list[dict[str, Any]]:
+        """The first `limit` examples of `eval_set` as serving requests, each with the answer these model
+        outputs give it: [{"input": record, "expected": answer}] (bert_core.finetune.tasks.outputs)."""
+
 
 class ClassificationAdapter(Adapter):
     """GLUE and XNLI sentence(-pair) classification, and STS-B regression (num_labels=1)."""
@@ -135,7 +143,8 @@ class ClassificationAdapter(Adapter):
         examples = self._read(path)
         if has_gold and any(e.label is None for e in examples):
             raise BertPipelineError(f"{path}: the dev file has no labels")
-        return EvalSet(name, path, features.encode_examples(self.tokenizer, examples, self.cfg.max_len), has_gold)
+        return EvalSet(name, path, features.encode_examples(self.tokenizer, examples, self.cfg.max_len), has_gold,
+                       examples)
 
     def write(self, eval_set, outputs, out_dir) -> Predictions:
         logits = outputs["logits"]
@@ -146,6 +155,17 @@ class ClassificationAdapter(Adapter):
         name = f"{eval_set.name}_predictions.tsv"
         features.write_glue_submission(out_dir / name, predictions)
         return Predictions([name], eval_set.path if eval_set.has_gold else None, name)
+
+    def check_examples(self, eval_set, outputs_, limit=CHECK_EXAMPLES):
+        checks = []
+        for example, logits in zip(eval_set.payload[:limit], outputs_["logits"]):
+            record = {"text": example.text_a}
+            if example.text_b is not None:
+                record["text_pair"] = example.text_b
+            expected = (outputs.regression(logits) if self.labels is None
+                        else outputs.classification(logits, self.labels))
+            checks.append({"input": record, "expected": expected})
+        return checks
 
 
 class SquadAdapter(Adapter):
@@ -192,6 +212,17 @@ class SquadAdapter(Adapter):
         return Predictions(files, eval_set.path, "predictions.json",
                            "null_odds.json" if self.cfg.version_2 else None)
 
+    def check_examples(self, eval_set, outputs_, limit=CHECK_EXAMPLES):
+        examples, feats = eval_set.payload
+        examples = examples[:limit]
+        rows = [i for i, f in enumerate(feats) if f.example_index < len(examples)]
+        result = squad.postprocess(examples, [feats[i] for i in rows],
+                                   outputs_["start_logits"][rows].tolist(), outputs_["end_logits"][rows].tolist(),
+                                   self.cfg.n_best_size, self.cfg.max_answer_length, self.cfg.version_2,
+                                   self.cfg.null_score_diff_threshold)
+        return [{"input": {"question": e.question, "context": e.context},
+                 "expected": outputs.squad_answer(e.qas_id, result)} for e in examples]
+
 
 class NerAdapter(Adapter):
     """CoNLL NER: tags normalised to IOB2, one label per word on its first word piece."""
@@ -221,22 +252,8 @@ class NerAdapter(Adapter):
                 position += len(word) + 1
             texts.append(" ".join(s.words))
             starts.append(offsets)
-        encodings = self.tokenizer.encode_batch(texts, max_length=self.cfg.max_len, truncation="only_first")
-        arrays = features.pad([e.ids for e in encodings], [e.segment_ids for e in encodings], self.cfg.max_len)
-        first_piece = np.full((len(sentences), len(arrays["input_ids"][0])), -1, dtype=np.int64)
-        word_token: list[list[int | None]] = []
-        cut = 0
-        for row, (enc, word_starts, s) in enumerate(zip(encodings, starts, sentences)):
-            positions: list[int | None] = [None] * len(s.words)
-            for t, (offset, seq) in enumerate(zip(enc.offsets, enc.sequence_ids)):
-                if seq is None:
-                    continue
-                w = bisect.bisect_right(word_starts, offset[0]) - 1
-                if positions[w] is None:
-                    positions[w] = t
-                    first_piece[row, t] = w
-            cut += sum(p is None for p in positions)
-            word_token.append(positions)
+        arrays, first_piece, word_token = features.encode_words(self.tokenizer, texts, starts, self.cfg.max_len)
+        cut = sum(p is None for positions in word_token for p in positions)
         if cut:
             log.warning("%s: %d word(s) beyond --max-len %d tokens are predicted 'O'", path, cut, self.cfg.max_len)
         return arrays, first_piece, word_token
@@ -269,6 +286,17 @@ class NerAdapter(Adapter):
         name = f"{eval_set.name}_predictions.txt"
         conll.write_predictions(out_dir / name, sentences, predicted)
         return Predictions([name], eval_set.path if eval_set.has_gold else None, name)
+
+    def check_examples(self, eval_set, outputs_, limit=CHECK_EXAMPLES):
+        sentences, word_token = eval_set.payload
+        best = outputs_["logits"].argmax(-1)
+        checks = []
+        for row, (sentence, positions) in enumerate(zip(sentences[:limit], word_token)):
+            text = " ".join(sentence.words)
+            tags = [self.labels[best[row, t]] if t is not None else "O" for t in positions]
+            checks.append({"input": {"text": text},
+                           "expected": outputs.entities(text, outputs.word_spans(text), tags)})
+        return checks
 
 
 ADAPTERS = {"classification": ClassificationAdapter, "regression": ClassificationAdapter,

@@ -6,6 +6,7 @@ task model, so every path encodes text and writes predictions the same way.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 from collections.abc import Sequence
@@ -23,6 +24,29 @@ def encode_examples(tokenizer, examples: Sequence[Example], max_length: int) -> 
     encodings = tokenizer.encode_batch([e.text_a for e in examples], pairs, max_length=max_length,
                                        truncation="longest_first")
     return pad([e.ids for e in encodings], [e.segment_ids for e in encodings], max_length)
+
+
+def encode_words(tokenizer, texts: Sequence[str], word_starts: Sequence[Sequence[int]], max_length: int):
+    """Word-labelled text (NER): (arrays [N, max_length], first_piece [N, max_length], word_token).
+
+    first_piece[row, t] is the index of the word whose first word piece is token t (-1 elsewhere);
+    word_token[row][w] is that token for word w, None when the word was cut by `max_length`.
+    `word_starts[row]` are the character offsets where the words of texts[row] start."""
+    encodings = tokenizer.encode_batch(list(texts), max_length=max_length, truncation="only_first")
+    arrays = pad([e.ids for e in encodings], [e.segment_ids for e in encodings], max_length)
+    first_piece = np.full((len(texts), len(arrays["input_ids"][0])), -1, dtype=np.int64)
+    word_token: list[list[int | None]] = []
+    for row, (enc, starts) in enumerate(zip(encodings, word_starts)):
+        positions: list[int | None] = [None] * len(starts)
+        for t, (offset, seq) in enumerate(zip(enc.offsets, enc.sequence_ids)):
+            if seq is None:
+                continue
+            w = bisect.bisect_right(starts, offset[0]) - 1
+            if positions[w] is None:
+                positions[w] = t
+                first_piece[row, t] = w
+        word_token.append(positions)
+    return arrays, first_piece, word_token
 
 
 def pad(ids: Sequence[Sequence[int]], segments: Sequence[Sequence[int]], length: int) -> dict[str, np.ndarray]:

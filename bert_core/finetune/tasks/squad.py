@@ -200,6 +200,8 @@ class SquadPredictions:
     predictions: dict[str, str]
     nbest: dict[str, list[dict]]
     null_odds: dict[str, float] = field(default_factory=dict)  # v2: null score - best span score
+    # Character (start, end) in the context of each non-empty prediction (not written to the files).
+    spans: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def _top(logits: Sequence[float], n: int) -> list[int]:
@@ -217,7 +219,7 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeatur
         by_example[feature.example_index].append(fi)
     result = SquadPredictions({}, {}, {})
     for ei, example in enumerate(examples):
-        candidates = []  # (score, start_logit, end_logit, text)
+        candidates = []  # (score, start_logit, end_logit, text, character span)
         null_score, null_start, null_end = math.inf, 0.0, 0.0
         for fi in by_example.get(ei, []):
             feature, starts, ends = features[fi], start_logits[fi], end_logits[fi]
@@ -229,13 +231,16 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeatur
                             or feature.token_offsets[s] is None or feature.token_offsets[e] is None
                             or e < s or e - s + 1 > max_answer_length or not feature.token_is_max_context[s]):
                         continue
-                    candidates.append((starts[s] + ends[e], starts[s], ends[e], char_span(example, feature, s, e)))
+                    span = (feature.token_offsets[s][0], feature.token_offsets[e][1])
+                    candidates.append((starts[s] + ends[e], starts[s], ends[e], example.context[span[0]:span[1]], span))
         candidates.sort(key=lambda c: c[0], reverse=True)
         nbest, seen = [], set()
-        for score, s_logit, e_logit, text in candidates:
+        spans: dict[str, tuple[int, int]] = {}
+        for score, s_logit, e_logit, text, span in candidates:
             if text in seen:
                 continue
             seen.add(text)
+            spans[text] = span
             nbest.append((score, s_logit, e_logit, text))
             if len(nbest) >= n_best_size:
                 break
@@ -253,10 +258,14 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeatur
         best_span = next((c for c in nbest if c[3] != ""), None)
         if not version_2:
             result.predictions[example.qas_id] = nbest[0][3]
+            if nbest[0][3] in spans:
+                result.spans[example.qas_id] = spans[nbest[0][3]]
             continue
         best_span_score = best_span[0] if best_span else -math.inf
         diff = null_score - best_span_score
         result.null_odds[example.qas_id] = float(diff)
         result.predictions[example.qas_id] = "" if diff > null_score_diff_threshold or best_span is None \
             else best_span[3]
+        if result.predictions[example.qas_id]:
+            result.spans[example.qas_id] = spans[best_span[3]]
     return result

@@ -1,0 +1,128 @@
+"""The MLflow face of a model directory: a pyfunc that serves its task (bert_core.deploy.serving), with a
+signature and an input example, so `mlflow models serve -m models:/bert-<task>@champion` answers raw text.
+
+`pyfunc_spec(model_dir)` is what a tracker's `log_model_dir` passes to `mlflow.pyfunc.log_model`. Bad
+requests raise MLflow's INVALID_PARAMETER_VALUE, which the scoring server returns as HTTP 400 with our
+message (any other exception would be a 400 with a generic message).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# What the logged model needs installed to load; inferring it would import and probe the whole environment.
+PIP_REQUIREMENTS = ["bert-pipeline", "torch", "safetensors", "numpy", "pandas"]
+
+_PYFUNC_CLASS: type | None = None
+
+
+def _pyfunc_class() -> type:
+    """Built on first use so that importing this module does not import mlflow; module-level `__getattr__`
+    exposes it as `bert_core.deploy.mlflow_model.BertTaskModel`, so MLflow pickles it by reference and
+    loads it from the installed package."""
+    global _PYFUNC_CLASS
+    if _PYFUNC_CLASS is None:
+        import mlflow.pyfunc
+
+        class BertTaskModel(mlflow.pyfunc.PythonModel):
+            """Loads the logged model directory; predict(records) -> one answer per record."""
+
+            def load_context(self, context):
+                from bert_core.deploy.serving import TaskPredictor
+
+                self.model_dir = context.artifacts["model_dir"]
+                self.predictor = TaskPredictor.from_model_dir(self.model_dir)
+
+            def predict(self, context, model_input, params=None) -> list[dict[str, Any]]:
+                from mlflow.exceptions import MlflowException
+                from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+
+                from bert_core.deploy.serving import InvalidRequest
+
+                try:
+                    return self.predictor.predict(model_input)
+                except InvalidRequest as exc:
+                    raise MlflowException(str(exc), error_code=INVALID_PARAMETER_VALUE) from None
+
+        BertTaskModel.__module__ = __name__
+        BertTaskModel.__qualname__ = "BertTaskModel"
+        _PYFUNC_CLASS = BertTaskModel
+    return _PYFUNC_CLASS
+
+
+def __getattr__(name: str):
+    if name == "BertTaskModel":
+        return _pyfunc_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def check_served(pyfunc_model) -> tuple[int, list[str]]:
+    """Run a loaded pyfunc (mlflow.pyfunc.load_model of a registered version) on the dev examples its
+    evaluation scored (check_examples.json in the model directory) and compare with the scored answers.
+
+    Returns (examples checked, differences). A model with no check examples (a pretrained encoder) answers
+    its input example instead, and must give one well-formed answer."""
+    import math
+
+    from bert_core.finetune import task_card
+    from bert_core.finetune.tasks.outputs import same_answer
+
+    model = pyfunc_model.unwrap_python_model()
+    if not hasattr(model, "predictor"):
+        return 0, [f"the registered model is a {type(model).__name__}, not bert-pipeline's task pyfunc: it cannot "
+                   "answer text (logged before serving existed?)"]
+    checks = task_card.read_checks(model.model_dir)
+    if not checks:
+        example = model.predictor.input_example()
+        answers = pyfunc_model.predict(example)
+        values = [v for a in answers for v in (a.get("embedding") or [])]
+        if len(answers) != len(example) or (values and not all(math.isfinite(v) for v in values)):
+            return len(example), [f"the input example got {answers!r}"]
+        return len(example), []
+    answers = pyfunc_model.predict([c["input"] for c in checks])
+    problems = []
+    for i, (check, answer) in enumerate(zip(checks, answers)):
+        difference = same_answer(check["expected"], answer)
+        if difference:
+            problems.append(f"check example {i}: {difference}")
+    if len(answers) != len(checks):
+        problems.append(f"{len(checks)} check examples got {len(answers)} answers")
+    return len(checks), problems
+
+
+def _input_schema(predictor):
+    from mlflow.types.schema import ColSpec, Schema
+
+    required = {"text_pair": predictor.pair}
+    return Schema([ColSpec("string", name, required=required.get(name, True)) for name in predictor.fields
+                   if name != "text_pair" or predictor.kind in ("classification", "regression")])
+
+
+def pyfunc_spec(model_dir: str | Path) -> dict[str, Any]:
+    """Keyword arguments for mlflow.pyfunc.log_model: the task pyfunc, the directory as its artifact, the
+    signature (input fields of the task; outputs inferred from a real answer of this very model to the
+    input example, which also proves the directory loads and answers before it is logged)."""
+    import pandas as pd
+    from mlflow.models import ModelSignature, infer_signature
+
+    from bert_core.deploy.serving import TaskPredictor
+
+    spec = {"python_model": _pyfunc_class()(), "artifacts": {"model_dir": str(model_dir)},
+            "pip_requirements": PIP_REQUIREMENTS}
+    if not (Path(model_dir) / "vocab.txt").is_file():
+        # Logged all the same (a run's weights are never dropped), but it cannot read text: loading it says so,
+        # and promotion, which loads it, refuses it.
+        log.warning("%s has no vocab.txt: the logged model cannot tokenize text, so it cannot be served", model_dir)
+        return spec
+    predictor = TaskPredictor.from_model_dir(model_dir)
+    example = predictor.input_example()
+    with warnings.catch_warnings():  # "integer columns cannot hold missing values": outputs, never inputs
+        warnings.simplefilter("ignore", UserWarning)
+        outputs = infer_signature(pd.DataFrame(example), predictor.predict(example)).outputs
+    return {**spec, "signature": ModelSignature(inputs=_input_schema(predictor), outputs=outputs),
+            "input_example": pd.DataFrame(example)}

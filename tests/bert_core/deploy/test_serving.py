@@ -1,0 +1,155 @@
+"""Text in, answers out: the task predictor of every task kind against what its evaluation scored, the
+MLflow pyfunc built on it, and bad requests."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bert_core.deploy.serving import MAX_CHARS, InvalidRequest, TaskPredictor
+from bert_core.finetune import task_card
+from bert_core.finetune.step import FinetuneConfig, finetune
+from bert_core.finetune.tasks import outputs
+from bert_core.finetune.tasks.outputs import same_answer
+from tests import toy_tasks
+from tests.tiny_bert import write_tiny_bert
+
+TINY = dict(epochs=1, lr=1e-3, batch_size=16, tracking=False, max_len=32, max_seq_length=64, doc_stride=16,
+            eval_batch_size=5)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    """One tiny fine-tuned model per task kind (plumbing, not learning: seconds each)."""
+    root = tmp_path_factory.mktemp("serving")
+    tiny = write_tiny_bert(root / "tiny")
+    data = {"sst-2": toy_tasks.write_sst2(root / "sst2", n_train=32, n_dev=12),
+            "sts-b": toy_tasks.write_stsb(root / "stsb", n_train=32, n_dev=12),
+            "squad": toy_tasks.write_squad(root / "squad2", n_train=12, n_dev=6, version_2=True),
+            "ner": toy_tasks.write_ner(root / "ner-data", n_train=24, n_dev=10)}
+    out = {"pretrained": tiny}
+    for task, data_dir in data.items():
+        finetune(FinetuneConfig(task=task, data_dir=str(data_dir), model=str(tiny), output=str(root / f"out-{task}"),
+                                version_2=task == "squad", **TINY))
+        out[task] = root / f"out-{task}"
+    return out
+
+
+@pytest.mark.parametrize("task", ["sst-2", "sts-b", "squad", "ner"])
+def test_fresh_predictions_equal_what_evaluation_scored(models, task):
+    """The card and check examples travel in model/; answering the checks' raw text from scratch (tokenize,
+    window, batch by length, decode) gives the answers evaluation scored, at every batch size."""
+    model_dir = models[task] / "model"
+    card = task_card.read_card(model_dir)
+    assert card.task == task and card.max_len == TINY["max_len"] and card.squad["doc_stride"] == TINY["doc_stride"]
+    checks = task_card.read_checks(model_dir)
+    assert len(checks) == 8  # CHECK_EXAMPLES
+    for batch_size in (1, 3, 32):
+        predictor = TaskPredictor.from_model_dir(models[task], batch_size=batch_size)
+        answers = predictor([c["input"] for c in checks])
+        assert [same_answer(c["expected"], a) for c, a in zip(checks, answers)] == [None] * len(checks)
+
+
+def test_answers_per_kind(models):
+    sst2 = TaskPredictor.from_model_dir(models["sst-2"])
+    (answer,) = sst2(["the concert was wonderful ."])
+    assert answer["label"] in ("0", "1") and sum(answer["probabilities"].values()) == pytest.approx(1.0)
+    assert answer["label"] == max(answer["probabilities"], key=answer["probabilities"].get)
+
+    (score,) = TaskPredictor.from_model_dir(models["sts-b"])([{"text": "a cat sat .", "text_pair": "a cat sat ."}])
+    assert set(score) == {"score"} and np.isfinite(score["score"])
+
+    context = "Hana lives in Quito and works as a tailor near the old harbour. "
+    squad = TaskPredictor.from_model_dir(models["squad"])
+    requests = [{"question": "Where does Hana live?", "context": context},
+                {"question": "What is the job of Hana?", "context": context * 20}]  # many doc-stride windows
+    for request, a in zip(requests, squad(requests)):
+        assert set(a) == {"answer", "start", "end", "score"} and 0 <= a["score"] <= 1
+        if a["answer"] == "":  # SQuAD 2.0's no-answer
+            assert a["start"] == a["end"] == -1
+        else:
+            assert request["context"][a["start"]:a["end"]] == a["answer"]
+
+    text = "Kemal  visited\tRiga with Ana Novak ."
+    (ner,) = TaskPredictor.from_model_dir(models["ner"])([{"text": text}])
+    for entity in ner["entities"]:
+        assert text[entity["start"]:entity["end"]] == entity["text"] and entity["type"] in ("PER", "LOC")
+
+    embedding = TaskPredictor.from_model_dir(models["pretrained"])(["one sentence", "and another one"])
+    assert [len(e["embedding"]) for e in embedding] == [32, 32]
+
+
+def test_entities_from_iob2_tags():
+    text = "Ana Silva visited Oslo ."
+    spans = outputs.word_spans(text)
+    tags = ["B-PER", "I-PER", "O", "I-LOC", "O"]  # an I- that starts an entity counts, as conlleval reads it
+    assert outputs.entities(text, spans, tags)["entities"] == [
+        {"type": "PER", "text": "Ana Silva", "start": 0, "end": 9},
+        {"type": "LOC", "text": "Oslo", "start": 18, "end": 22}]
+
+
+def test_long_input_is_truncated_for_classification(models):
+    predictor = TaskPredictor.from_model_dir(models["sst-2"])
+    long = " ".join(["wonderful"] * 10_000)
+    (answer,) = predictor([{"text": long}])
+    (short,) = predictor([{"text": " ".join(["wonderful"] * 40)}])  # the same first max_len tokens
+    assert answer == short
+
+
+@pytest.mark.parametrize("request_, message", [
+    ([{"txt": "x"}], "row 0: field 'text' is missing (fields: txt)"),
+    ([{"text": "fine"}, {"text": "   "}], "row 1: field 'text' is empty"),
+    ([{"text": 3}], "row 0: field 'text' must be a string, got int"),
+    ([{"text": "x" * (MAX_CHARS + 1)}], f"has {MAX_CHARS + 1:,} characters"),
+    ([{"text": "one", "text_pair": "two"}], "reads one text per example: remove 'text_pair'"),
+    ([7], "row 0: expected an object with named fields or a string, got int"),
+])
+def test_bad_requests_name_the_row_and_field(models, request_, message):
+    with pytest.raises(InvalidRequest, match=message.replace("(", r"\(").replace(")", r"\)")):
+        TaskPredictor.from_model_dir(models["sst-2"])(request_)
+
+
+def test_squad_needs_both_fields(models):
+    with pytest.raises(InvalidRequest, match="row 0: field 'context' is missing"):
+        TaskPredictor.from_model_dir(models["squad"])([{"question": "Where?"}])
+
+
+def test_mlflow_pyfunc_signature_example_and_errors(models, tmp_path, monkeypatch):
+    """The logged model is the task pyfunc: signature with the task's fields, an input example, raw text in;
+    a bad request is MLflow's INVALID_PARAMETER_VALUE (HTTP 400 behind the server) with our message."""
+    import mlflow
+    import pandas as pd
+    from mlflow.exceptions import MlflowException
+
+    from bert_core.deploy.mlflow_model import check_served, pyfunc_spec
+    from bert_core.io.tracking import MlflowTracker
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker = MlflowTracker("bert-finetune/squad", pyfunc=pyfunc_spec)
+    tracker.log_model_dir(models["squad"] / "model")
+    tracker.end()
+    model = mlflow.pyfunc.load_model(f"runs:/{tracker.run_id}/model")
+    inputs = model.metadata.get_input_schema()
+    assert inputs.input_names() == ["question", "context"]
+    assert set(model.metadata.get_output_schema().input_names()) == {"answer", "start", "end", "score"}
+    info = mlflow.models.get_model_info(f"runs:/{tracker.run_id}/model")
+    assert info.saved_input_example_info is not None
+
+    checks = task_card.read_checks(models["squad"] / "model")
+    frame = pd.DataFrame([c["input"] for c in checks])  # what the scoring server hands the pyfunc
+    for check, answer in zip(checks, model.predict(frame)):
+        assert same_answer(check["expected"], answer) is None
+    assert check_served(model) == (len(checks), [])
+    with pytest.raises(MlflowException) as error:
+        model.predict(pd.DataFrame([{"question": "Where?", "context": " "}]))
+    assert error.value.error_code == "INVALID_PARAMETER_VALUE" and "field 'context' is empty" in error.value.message
+
+    # A tampered check (an answer evaluation never gave) is reported, naming the field that differs.
+    model_dir = Path(model.unwrap_python_model().model_dir)
+    tampered = json.loads((model_dir / task_card.CHECKS).read_text())
+    tampered[0]["expected"]["start"] += 1
+    (model_dir / task_card.CHECKS).write_text(json.dumps(tampered))
+    examples, problems = check_served(model)
+    assert examples == len(checks) and problems and problems[0].startswith("check example 0: start: expected")
