@@ -5,8 +5,9 @@ Every night:
    newest version when that is not the champion (the candidate);
 2. evaluate each of them on the pinned dev data (sha256 of the files recorded) with fine-tuning's own
    evaluation code and the official scorers;
-3. run the throughput benchmark (bench/model_throughput.py: our model against transformers in the same run;
-   the ratio is what is compared, absolute tokens/s depend on the machine's load);
+3. run the throughput benchmark (the installed module bert_pipeline.bench.model_throughput, also
+   bench/model_throughput.py in a checkout: our model against transformers in the same run; the ratio is
+   what is compared, absolute tokens/s depend on the machine's load);
 4. compare: champions and throughput against the last night that passed, candidates against their champion,
    with tolerances (operators.regression); write a Markdown report with history plots (PNG), log it all to
    the MLflow experiment `bert-nightly` (metrics, report, plots, results JSON, tag `nightly.status`) and fail
@@ -22,6 +23,7 @@ import datetime as dt
 import json
 import logging
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -41,11 +43,25 @@ def _bundled_data() -> dict[str, str]:
     return {"sst-2": demo_data("sst2"), "squad": demo_data("squad")}
 
 
-def default_bench_dir() -> str:
-    """bench/ of the checkout the DAGs come from (pipelines/ and bench/ are siblings)."""
-    import pipelines
+# The throughput benchmark is part of the installed code, so a night needs no checkout. It lives in the CLI
+# package (it compares against transformers, which bert_core never imports) and runs as a module in a child
+# process: `python -m` needs no import of bert_pipeline from here (operators sits below it in the layer
+# contracts), and the benchmark gets a process of its own (torch threads and memory, not the worker's).
+# `-P`: the installed module, never a bert_pipeline/ in the worker's current directory.
+THROUGHPUT_MODULE = "bert_pipeline.bench.model_throughput"
 
-    return str(Path(pipelines.__file__).resolve().parent.parent / "bench")
+
+def throughput_command(bench_dir: str | None = None) -> list[str]:
+    """The command that starts the throughput benchmark: the installed module, or `bench_dir`/model_throughput.py."""
+    from bert_core.errors import BertPipelineError
+
+    if not bench_dir:
+        return [sys.executable, "-P", "-m", THROUGHPUT_MODULE]
+    script = Path(bench_dir) / "model_throughput.py"
+    if not script.is_file():
+        raise BertPipelineError(f"{script}: no throughput benchmark there (the `bench_dir` param; leave it empty "
+                                f"for the installed {THROUGHPUT_MODULE})")
+    return [sys.executable, str(script)]
 
 
 def dev_files_sha256(task: str, data_dir: str) -> dict[str, str]:
@@ -134,25 +150,24 @@ def evaluate_version(spec: dict[str, Any], work: str) -> dict[str, Any]:
 
 def throughput(work: str, configs: list[str], steps: int, batch_size: int = 16, seq_len: int = 128,
                bench_dir: str | None = None, threads: int = 0) -> dict[str, float]:
-    """Run bench/model_throughput.py; returns {"throughput/<config>/<mode>": ours/transformers tokens/s ratio}."""
+    """Run the throughput benchmark (`throughput_command`); returns {"throughput/<config>/<mode>": ours/transformers
+    tokens/s ratio}."""
     from bert_core.errors import BertPipelineError
     from bert_core.io import storage
 
-    script = Path(bench_dir or default_bench_dir()) / "model_throughput.py"
-    if not script.is_file():
-        raise BertPipelineError(f"{script}: the throughput benchmark is not there (set the `bench_dir` param)")
+    bench = throughput_command(bench_dir)
     with tempfile.TemporaryDirectory(prefix="bert-nightly-bench-") as scratch:
         out = Path(scratch) / "model_throughput.json"
-        cmd = [sys.executable, str(script), "--configs", *configs, "--steps", str(steps), "--warmup", "1",
+        cmd = [*bench, "--configs", *configs, "--steps", str(steps), "--warmup", "1",
                "--batch-size", str(batch_size), "--seq-len", str(seq_len), "--out-json", str(out)]
         if threads:
             cmd += ["--threads", str(threads)]
-        log.info("running %s", " ".join(cmd))
+        log.info("running %s", shlex.join(cmd))
         result = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
         for line in result.stdout.splitlines():
             log.info("[bench] %s", line)
         if result.returncode != 0:
-            raise BertPipelineError(f"{script.name} failed (exit {result.returncode}): "
+            raise BertPipelineError(f"{bench[-1]} failed (exit {result.returncode}): "
                                     + " | ".join(result.stderr.strip().splitlines()[-5:]))
         report = json.loads(out.read_text())
         storage.write_text(storage.join(work, "model_throughput.json"), out.read_text())
@@ -223,7 +238,7 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
                          + (", ".join(f"{n} v{s['version']}" for n, s in sorted(champions.items())) or "none") + ".",
                          [f for f in vs_last if not f.key.startswith("throughput/")]))
         sections.append(("Throughput against the last good night",
-                         "Ratio of our tokens/s to transformers' in the same run (bench/model_throughput.py).",
+                         "Ratio of our tokens/s to transformers' in the same run (bert_pipeline.bench.model_throughput).",
                          [f for f in vs_last if f.key.startswith("throughput/")]))
     vs_champion = []
     for name, cand in sorted(candidates.items()):

@@ -25,13 +25,13 @@ PARAMS = {
                                "counts as a regression (0.01 = 1% of the reference value)."),
     "throughput_tolerance": Param(0.2, type="number", minimum=0, description="Relative drop of the "
                                   "ours/transformers throughput ratio that counts as a regression."),
-    "throughput_configs": Param(["minilm_L6_H384"], type="array", description="Model sizes for "
-                                "bench/model_throughput.py (minilm_L6_H384, bert_base_L12_H768, ...); empty: skip."),
+    "throughput_configs": Param(["minilm_L6_H384"], type="array", description="Model sizes for the "
+                                "throughput benchmark (minilm_L6_H384, bert_base_L12_H768, ...); empty: skip."),
     "throughput_steps": Param(6, type="integer", minimum=1, description="Measured steps per model and mode."),
     "throughput_batch_size": Param(16, type="integer", minimum=1, description="Sequences per benchmark batch."),
     "throughput_seq_len": Param(128, type="integer", minimum=8, description="Padded benchmark sequence length."),
-    "bench_dir": Param(None, type=["null", "string"], description="Directory of the benchmark scripts; empty: the bench/ "
-                       "beside the DAGs folder."),
+    "bench_dir": Param(None, type=["null", "string"], description="A directory whose model_throughput.py to run "
+                       "instead; empty: the installed benchmark (python -m bert_pipeline.bench.model_throughput)."),
 }
 
 
