@@ -48,3 +48,12 @@ def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, An
 def settings_from(params: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
     """The run's values of `names` (a conf may leave a nullable Param at None: the library's default)."""
     return {name: params[name] for name in names if name in params and params[name] is not None}
+
+
+def check_conf_keys(params: dict[str, Any], declared: Sequence[str], dag_id: str) -> None:
+    """A run's conf may only name the DAG's Params: Airflow adds any other key to `params` silently, so a
+    misspelt setting would be ignored and the run would go on with the default."""
+    unknown = sorted(set(params) - set(declared))
+    if unknown:
+        raise BertPipelineError(f"{dag_id} conf: unknown param(s) {', '.join(unknown)}; the DAG's params are "
+                                f"{', '.join(sorted(declared))}")

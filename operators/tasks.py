@@ -146,11 +146,15 @@ def pretrain(shards_dir: str, output: str, settings: dict[str, Any] | None = Non
 
 
 @on_ray_cluster_when_asked
-def finetune(task: str, data_dir: str, model: str, output: str,
-             settings: dict[str, Any] | None = None) -> dict[str, Any]:
+def finetune(task: str, data_dir: str, model: str, output: str, settings: dict[str, Any] | None = None,
+             search: dict[str, list[Any]] | None = None, max_concurrent_trials: int = 0) -> dict[str, Any]:
     """Fine-tune `model` on `task` (on Ray Train with settings num_workers > 1); the MLflow run (experiment
     bert-finetune/<task>) holds the logged model. `settings`: FinetuneConfig fields (epochs, lr, doc_stride,
-    ...); the library's defaults for the rest, so no default is written here."""
+    ...); the library's defaults for the rest, so no default is written here.
+
+    `search` (a grid such as {"lr": [5e-5, 3e-5], "seed": [1, 2]}): one Ray Tune trial per grid point instead,
+    each an MLflow child run of a parent `search` run; the best trial by the task's main metric is returned
+    (its output and run, so it is the one evaluated and registered), with every trial and their spread."""
     from bert_core.deploy.mlflow_model import pyfunc_spec
     from bert_core.errors import BertPipelineError
     from bert_core.finetune.step import FINETUNE, FinetuneConfig
@@ -163,6 +167,8 @@ def finetune(task: str, data_dir: str, model: str, output: str,
     settings = _known(FinetuneConfig, settings, "finetune settings", exclude=("task", "data_dir", "model", "output"))
     config = FinetuneConfig(task=name, data_dir=data_dir, model=model, output=output, **settings)
     ensure_experiment(f"bert-finetune/{name}")
+    if search:
+        return _search(config, search, max_concurrent_trials)
     tracker = build_tracker(True, experiment=f"bert-finetune/{name}", pyfunc=pyfunc_spec)
     try:
         before = manifest.read(output)
@@ -183,6 +189,40 @@ def finetune(task: str, data_dir: str, model: str, output: str,
     tracker.end()
     return {"task": name, "data_dir": data_dir, "output": output, "metrics": result["metrics"],
             "mlflow_run_id": tracker.run_id}
+
+
+def _search(config, grid: dict[str, list[Any]], max_concurrent: int) -> dict[str, Any]:
+    """A Ray Tune search under one parent MLflow run; the best trial is what the next steps use."""
+    import dataclasses
+
+    from bert_core.finetune.tasks import registry as tasks
+    from bert_core.io import storage
+    from bert_core.io.tracking import build_tracker
+    from bert_core.launch import ray_tune
+
+    config.validate()
+    metric = tasks.get(config.task).main_metric
+    parent = build_tracker(True, experiment=f"bert-finetune/{config.task}", run_name=f"search {config.task}")
+    parent.log_params({"search": json.dumps(grid), "metric": metric, "trials": len(ray_tune.grid_points(grid))})
+    try:
+        found = ray_tune.sweep(config, grid, config.output, metric, parent_run_id=parent.run_id,
+                               max_concurrent=max_concurrent)
+        best, trials = found["best"], found["trials"]
+        spread = ray_tune.spread(trials, metric)
+        parent.log_metrics({**{f"best/{k}": v for k, v in best.metrics.items()},
+                            **{f"spread/{metric}_{k}": v for k, v in spread.items()}}, step=0)
+        parent.set_tags({"search.best_trial": best.name, "search.best_run_id": best.mlflow_run_id or "none"})
+        report = {"metric": metric, "best": best.name, "spread": spread, "parent_run_id": parent.run_id,
+                  "trials": [dataclasses.asdict(t) for t in trials]}
+        storage.write_text(storage.join(config.output, "search.json"), json.dumps(report, indent=2) + "\n")
+    except BaseException:
+        parent.end("FAILED")
+        raise
+    parent.end()
+    log.info("search on %s: best %s (%s=%.4f); %s over %d trials: %s", config.task, best.name, metric,
+             best.metrics[metric], metric, len(trials), spread)
+    return {"task": config.task, "data_dir": config.data_dir, "output": best.output, "metrics": best.metrics,
+            "mlflow_run_id": best.mlflow_run_id, "search": report}
 
 
 def evaluate(finetuned: dict[str, Any], output: str) -> dict[str, Any]:
@@ -239,6 +279,10 @@ def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool
     if not report["promoted"]:
         log.warning("%s version %s was registered but not promoted: %s", name, registered["version"],
                     "; ".join(report["reasons"]))
+    if trained.get("search"):  # the run's summary shows how much the trials varied, not only the winner
+        search = trained["search"]
+        report["search"] = {"metric": search["metric"], "best": search["best"], "spread": search["spread"],
+                            "trials": {t["name"]: t["metrics"].get(search["metric"]) for t in search["trials"]}}
     return report
 
 
@@ -283,32 +327,116 @@ def segmented_files(segmented: str) -> list[str]:
     return [storage.join(segmented, entry["path"]) for entry in manifest.read(segmented)["outputs"]]
 
 
-def plan_finetune(params: dict[str, Any], run_id: str | None) -> list[dict[str, str]]:
-    """One fine-tuning spec per entry of params["tasks"] (task -> data dir; empty: the bundled demo set)."""
+def plan_finetune(params: dict[str, Any], run_id: str | None, settings: tuple[str, ...] = (),
+                  declared: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """One fine-tuning spec per entry of params["tasks"] (task -> data dir; empty: the bundled demo set), with
+    the task's settings (the form's `settings` < params["recipe"]'s values for the task < params["overrides"]
+    [task]) and its search grid. Everything is checked here, before any work: unknown conf keys (`declared`:
+    the DAG's Params), override keys, search grids, each task's config, its data files, the model's length
+    limits and GPU settings; an error names the param."""
     from bert_core.errors import BertPipelineError
+    from bert_core.finetune import recipes
     from bert_core.finetune.tasks import registry as tasks
+    from operators.params import check_conf_keys, settings_from
 
+    if declared:
+        check_conf_keys(params, declared, "bert_finetune")
     work = work_dir(params, run_id, "finetune")
     model = params.get("model") or default_model_dir()
     bundled = {"sst-2": demo_data("sst2"), "squad": demo_data("squad")}
+    overrides = params.get("overrides") or {}
+    if not isinstance(overrides, dict) or not all(isinstance(v, dict) for v in overrides.values()):
+        raise BertPipelineError("overrides: expected an object of task -> {setting: value}, e.g. "
+                                '{"mrpc": {"lr": 3e-5, "epochs": 5}}')
+    overrides = {tasks.get(t).name: v for t, v in overrides.items()}
+    requested = {tasks.get(t).name: d for t, d in (params.get("tasks") or {}).items()}
+    stray = sorted(set(overrides) - set(requested))
+    if stray:
+        raise BertPipelineError(f"overrides: {', '.join(stray)} not among the run's tasks ({', '.join(requested)})")
+    base = settings_from(params, settings)
     specs = []
-    for task, data_dir in (params.get("tasks") or {}).items():
-        name = tasks.get(task).name
+    for name, data_dir in requested.items():
         if not data_dir and name not in bundled:
-            raise BertPipelineError(f"tasks: give a data directory for {task!r} (bundled data: sst-2, squad)")
-        specs.append({"task": name, "data_dir": data_dir or bundled[name], "model": model,
-                      "output": f"{work}/finetune-{name}", "evaluation": f"{work}/evaluate-{name}",
-                      "registry": f"{work}/registry"})
+            raise BertPipelineError(f"tasks: give a data directory for {name!r} (bundled data: sst-2, squad)")
+        task_settings = recipes.settings_for(name, base, params.get("recipe"), overrides)
+        grid = recipes.grid_for(name, params.get("search"), params.get("recipe"))
+        spec = {"task": name, "data_dir": data_dir or bundled[name], "model": model,
+                "output": f"{work}/finetune-{name}", "evaluation": f"{work}/evaluate-{name}",
+                "registry": f"{work}/registry", "settings": task_settings, "search": grid}
+        _check_finetune_spec(spec)
+        specs.append(spec)
     if not specs:
         raise BertPipelineError("tasks: name at least one task")
     return specs
 
 
+def _check_finetune_spec(spec: dict[str, Any]) -> None:
+    """The task's config as the step will build it, its files and the model's limits, checked now."""
+    from bert_core.errors import BertPipelineError
+    from bert_core.finetune.config import FinetuneConfig
+    from bert_core.finetune.tasks import registry as tasks
+    from bert_core.io import storage
+
+    task = spec["task"]
+    where = f"task {task}"
+    try:
+        config = FinetuneConfig(task=task, data_dir=spec["data_dir"], model=spec["model"], output=spec["output"],
+                                **_known(FinetuneConfig, spec["settings"], f"{where} settings",
+                                         exclude=("task", "data_dir", "model", "output")))
+        config.validate()
+    except (BertPipelineError, TypeError) as exc:
+        raise BertPipelineError(f"{where}: {exc}") from None
+    if spec["search"] and config.num_workers != 1:
+        raise BertPipelineError(f"{where}: a search runs one worker per trial (trials run in parallel); set "
+                                f"num_workers 1, not {config.num_workers}")
+    info = tasks.get(task)
+    if not storage.is_s3(config.data_dir):
+        data = Path(config.data_dir)
+        if not data.is_dir():
+            raise BertPipelineError(f"tasks.{task}: data directory {config.data_dir} does not exist")
+        if info.kind == "squad":
+            wanted = "v2.0" if config.version_2 else "v1.1"
+            candidates = [f for f in info.train_files if wanted in f or "v" not in f]
+        else:
+            candidates = list(info.train_candidates(config.language or "zh"))
+        if config.train_file is None and not any((data / name).is_file() for name in candidates):
+            raise BertPipelineError(f"tasks.{task}: {config.data_dir} has no training file (looked for "
+                                    f"{', '.join(candidates)})")
+    limit = _max_positions(config.model)
+    length = config.max_seq_length if info.kind == "squad" else config.max_len
+    name = "max_seq_length" if info.kind == "squad" else "max_len"
+    if limit is not None and length > limit:
+        raise BertPipelineError(f"{where}: {name} {length} is longer than the model's {limit} positions "
+                                f"(max_position_embeddings of {config.model})")
+    if config.use_gpu:
+        import torch
+
+        if not torch.cuda.is_available() and not os.environ.get("RAY_ADDRESS"):
+            raise BertPipelineError(f"{where}: use_gpu is set, but this machine has no GPU and RAY_ADDRESS names "
+                                    "no cluster")
+
+
+def _max_positions(model: str) -> int | None:
+    """max_position_embeddings of a local model directory (None when it cannot be read here)."""
+    for name in ("config.json", "bert_config.json"):
+        path = Path(model) / name
+        if path.is_file():
+            try:
+                return int(json.loads(path.read_text()).get("max_position_embeddings"))
+            except (ValueError, TypeError):
+                return None
+    return None
+
+
 def plan_pretraining(params: dict[str, Any], run_id: str | None, shard_settings: tuple[str, ...] = (),
-                     pretrain_settings: tuple[str, ...] = ()) -> dict[str, Any]:
+                     pretrain_settings: tuple[str, ...] = (), declared: tuple[str, ...] = ()) -> dict[str, Any]:
     """The run's inputs, vocab and work dir; and its settings checked before any work starts: an impossible
     combination (both model and pretrained, a batch that does not split over the workers, a GPU setting
     without a GPU, no held-out split for the promotion gate) fails this first task, naming the param."""
+    if declared:
+        from operators.params import check_conf_keys
+
+        check_conf_keys(params, declared, "bert_pretraining")
     if shard_settings or pretrain_settings:
         _check_pretraining_settings(params, shard_settings, pretrain_settings)
     model_dir = None if params.get("vocab") else default_model_dir()

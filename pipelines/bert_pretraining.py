@@ -42,7 +42,7 @@ PARAMS = {
 def bert_pretraining():
     @bert_task(multiple_outputs=True)
     def plan(params=None, run_id=None) -> dict:
-        return ops.plan_pretraining(params, run_id, SHARD_SETTINGS, PRETRAIN_SETTINGS)
+        return ops.plan_pretraining(params, run_id, SHARD_SETTINGS, PRETRAIN_SETTINGS, tuple(PARAMS))
 
     @bert_task
     def segment(inputs: list[str], work_dir: str) -> list[str]:

@@ -15,7 +15,8 @@ FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 def test_plans(tmp_path, monkeypatch, minilm_dir):
     monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
-    specs = ops.plan_finetune({"tasks": {"SST-2": "", "squad": "/data/squad"}}, "manual__2026-01-01T00:00:00+00:00")
+    squad = ops.demo_data("squad")
+    specs = ops.plan_finetune({"tasks": {"SST-2": "", "squad": squad}}, "manual__2026-01-01T00:00:00+00:00")
     assert [(s["task"], Path(s["data_dir"]).name) for s in specs] == [("sst-2", "sst2"), ("squad", "squad")]
     work = tmp_path / "home" / "finetune" / "manual__2026-01-01T00_00_00_00_00"
     assert specs[0]["output"] == f"{work}/finetune-sst-2" and Path(specs[0]["model"]) == minilm_dir
@@ -97,3 +98,42 @@ def test_finetune_settings_are_config_fields(tmp_path):
 
     with pytest.raises(BertPipelineError, match="unknown doc_strid; known: .*doc_stride"):
         ops.finetune("squad", str(tmp_path), "model", str(tmp_path / "out"), {"doc_strid": 64})
+
+
+def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatch, minilm_dir):
+    """bert_finetune's plan: form settings < recipe < per-task overrides, a search grid per task; and every
+    bad conf fails this first task with a message naming the param."""
+    from pipelines.bert_finetune import FINETUNE_SETTINGS, PARAMS
+
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
+    defaults = {name: param.value for name, param in PARAMS.items()}
+
+    def plan(**conf):
+        return ops.plan_finetune({**defaults, **conf}, "r1", FINETUNE_SETTINGS, tuple(PARAMS))
+
+    specs = plan(recipe="gluonnlp", overrides={"SST-2": {"epochs": 1}}, search={"lr": [1e-4, 3e-4]})
+    sst2, squad = specs
+    assert (sst2["settings"]["batch_size"], sst2["settings"]["epochs"], sst2["settings"]["lr"]) == (16, 1, 2e-5)
+    assert sst2["settings"]["max_seq_length"] == defaults["max_seq_length"]  # the form's value, no recipe value
+    assert (squad["settings"]["batch_size"], squad["settings"]["optimizer"]) == (12, "adamw")
+    assert sst2["search"] == squad["search"] == {"lr": [1e-4, 3e-4]}
+    assert plan()[0]["settings"]["lr"] == 1e-4 and plan()[0]["search"] == {}
+
+    bad = [
+        (dict(learning_rate=1e-4), r"bert_finetune conf: unknown param\(s\) learning_rate"),
+        (dict(overrides={"sst-2": {"epoch": 1}}), r"overrides.sst-2.epoch: not a fine-tuning setting"),
+        (dict(overrides={"mrpc": {"epochs": 1}}), "overrides: mrpc not among the run's tasks"),
+        (dict(overrides={"sst-2": 3}), "overrides: expected an object of task"),
+        (dict(search={"lr": []}), r"search.lr: expected a non-empty list"),
+        (dict(search="recipe"), "search: 'recipe' needs a recipe with a search protocol"),
+        (dict(search={"lr": [1e-4]}, num_workers=2), "task sst-2: a search runs one worker per trial"),
+        (dict(tasks={"cola": str(tmp_path)}), f"tasks.cola: {tmp_path} has no training file"),
+        (dict(tasks={"cola": str(tmp_path / "nowhere")}), "tasks.cola: data directory .* does not exist"),
+        (dict(max_seq_length=1024), "task squad: max_seq_length 1024 is longer than the model's 512 positions"),
+        (dict(overrides={"sst-2": {"batch_size": 0}}), "task sst-2: --batch-size must be at least 1"),
+        (dict(use_gpu=True), "task sst-2: use_gpu is set, but this machine has no GPU"),
+    ]
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for conf, message in bad:
+        with pytest.raises(BertPipelineError, match=message):
+            plan(**conf)

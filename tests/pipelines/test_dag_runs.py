@@ -49,13 +49,40 @@ def test_pretraining_then_finetune_dags(airflow_env, tmp_path):
     versions = client.search_model_versions("name='bert-pretrained'")
     assert any(v.tags.get("output") == str(Path(work / "pretrained")) for v in versions)
 
+    # A named recipe, per-task overrides (tiny sizes) and a search over two learning rates on Ray Tune.
     ft = tmp_path / "ft"
     run = _run("bert_finetune", {"tasks": {"sst-2": "", "squad": ""}, "model": str(work / "pretrained"),
-                                 "epochs": 1, "max_len": 32, "max_seq_length": 64, "work_dir": str(ft)})
+                                 "recipe": "gluonnlp", "search": {"lr": [1e-4, 1e-3]},
+                                 "overrides": {"sst-2": {"epochs": 1, "max_len": 32},
+                                               "squad": {"epochs": 1, "batch_size": 8, "max_seq_length": 64,
+                                                         "doc_stride": 32}},
+                                 "work_dir": str(ft)})
     assert str(run.state).endswith("success")
     summary = json.loads((ft / "registry" / "summary.json").read_text())
     assert [(m["name"], m["gates"]) for m in summary["models"]] == [("bert-sst-2", ["accuracy"]),
                                                                     ("bert-squad", ["f1", "exact_match"])]
     for report in summary["models"]:
         assert (ft / "registry" / f"{report['name']}-v{report['candidate']}.json").is_file()
-    assert manifest.read(ft / "evaluate-sst-2")["metrics"] == manifest.read(ft / "finetune-sst-2")["metrics"]
+        search = report["search"]
+        assert sorted(search["trials"]) == ["lr=0.0001", "lr=0.001"] and search["spread"]["trials"] == 2
+        best = ft / f"finetune-{report['name'].removeprefix('bert-')}" / search["best"]
+        trial = manifest.read(best)
+        assert trial["config"]["batch_size"] == (16 if report["name"] == "bert-sst-2" else 8)  # recipe, override
+        assert trial["config"]["optimizer"] == ("bertadam" if report["name"] == "bert-sst-2" else "adamw")
+        assert manifest.read(ft / f"evaluate-{report['name'].removeprefix('bert-')}")["metrics"] == trial["metrics"]
+        version = client.get_model_version(report["name"], report["candidate"])
+        assert version.run_id == trial["mlflow_run_id"]  # the best trial's model is the registered one
+        parent = client.get_run(search_parent(report, ft))
+        assert client.get_run(version.run_id).data.tags["mlflow.parentRunId"] == parent.info.run_id
+
+    # A bad conf fails the plan task, before any work, naming the param.
+    run = _run("bert_finetune", {"tasks": {"sst-2": ""}, "overrides": {"sst-2": {"epoch": 1}},
+                                 "work_dir": str(tmp_path / "bad")})
+    assert str(run.state).endswith("failed")
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert states["plan"].endswith("failed") and not any(s.endswith("success") for s in states.values()), states
+
+
+def search_parent(report: dict, ft: Path) -> str:
+    task = report["name"].removeprefix("bert-")
+    return json.loads((ft / f"finetune-{task}" / "search.json").read_text())["parent_run_id"]
