@@ -437,39 +437,131 @@ def plan_pretraining(params: dict[str, Any], run_id: str | None, shard_settings:
         from operators.params import check_conf_keys
 
         check_conf_keys(params, declared, "bert_pretraining")
+    phases = pretraining_phases(params, shard_settings, pretrain_settings)
     if shard_settings or pretrain_settings:
-        _check_pretraining_settings(params, shard_settings, pretrain_settings)
+        positions = None  # later phases keep the first phase's model, and its position limit
+        for phase in phases:
+            positions = _check_pretraining_settings(phase, shard_settings, pretrain_settings, positions)
     model_dir = None if params.get("vocab") else default_model_dir()
     return {"work_dir": work_dir(params, run_id, "pretraining"),
             "inputs": list(params.get("inputs") or [demo_data("corpus")]),
             "vocab": params.get("vocab") or str(Path(model_dir) / "vocab.txt")}
 
 
-def _check_pretraining_settings(params: dict[str, Any], shard_settings: tuple[str, ...],
-                                pretrain_settings: tuple[str, ...]) -> None:
+def pretraining_phases(params: dict[str, Any], shard_settings: tuple[str, ...],
+                       pretrain_settings: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The run's phases: params["phases"] is a list of objects, each overriding the form's make-shards and
+    pretrain settings for one phase (BERT's recipe: seq 128 for 90% of the steps, then seq 512 with its own
+    shards for the rest); each phase after the first starts from the previous phase's weights. None or []:
+    one phase, the form's settings. Returns [{"name", "params"}], where params is the whole conf as that phase
+    sees it; errors name `phases[i].<key>`."""
+    from bert_core.errors import BertPipelineError
+
+    given = params.get("phases") or []
+    if not isinstance(given, list) or not all(isinstance(p, dict) for p in given):
+        raise BertPipelineError("phases: expected a list of objects, e.g. [{\"max_seq_length\": 128, "
+                                "\"num_steps\": 900}, {\"max_seq_length\": 512, \"num_steps\": 100}]")
+    if not given:
+        return [{"name": "", "index": 0, "params": dict(params)}]
+    allowed = set(shard_settings) | set(pretrain_settings)
+    phases = []
+    for index, overrides in enumerate(given):
+        unknown = sorted(set(overrides) - allowed)
+        if unknown:
+            raise BertPipelineError(f"phases[{index}].{unknown[0]}: not a make-shards or pretrain setting of this "
+                                    f"DAG (known: {', '.join(sorted(allowed))})")
+        if index > 0 and ({"model", "pretrained"} & set(overrides)):
+            raise BertPipelineError(f"phases[{index}]: a later phase starts from the previous phase's weights; "
+                                    "set model/pretrained only on phases[0] or the form")
+        merged = {**params, **overrides}
+        if index > 0:
+            merged["model"] = None
+            merged["pretrained"] = "<previous phase>"
+        phases.append({"name": f"phase{index + 1}", "index": index, "params": merged})
+    return phases
+
+
+def phase_shard_settings(params: dict[str, Any], phase: str, shard_settings: tuple[str, ...],
+                         pretrain_settings: tuple[str, ...]) -> dict[str, Any]:
+    """The make-shards settings of one phase ("" for a one-phase run)."""
+    from operators.params import settings_from
+
+    resolved = {p["name"]: p["params"] for p in pretraining_phases(params, shard_settings, pretrain_settings)}
+    return settings_from(resolved[phase], shard_settings)
+
+
+def phase_dir(work: str, phase: str, kind: str) -> str:
+    """<work>/<kind> for a one-phase run (the layout of every run before phases), <work>/<kind>/<phase> else."""
+    return f"{work}/{kind}/{phase}" if phase else f"{work}/{kind}"
+
+
+def pretrain_phases(work: str, phases: list[str], segmented: list[str], params: dict[str, Any],
+                    shard_settings: tuple[str, ...], pretrain_settings: tuple[str, ...], vocab: str) -> dict[str, Any]:
+    """Pretrain the phases in order, each on its own shards and held-out shards, each after the first starting
+    from the previous phase's weights. A retried task skips the phases already done (their outputs are up to
+    date) and resumes the interrupted one from its last checkpoint. Returns the last phase's result, with
+    every phase's metrics."""
+    from operators.params import settings_from
+
+    resolved = {p["name"]: p["params"] for p in pretraining_phases(params, shard_settings, pretrain_settings)}
+    previous: str | None = None
+    results = []
+    for phase in phases:
+        settings = settings_from(resolved[phase], pretrain_settings)
+        if previous is not None:
+            settings.pop("model", None)
+            settings["pretrained"] = previous
+        shards = ",".join(shard_dir(work, f, phase) for f in segmented)
+        output = phase_dir(work, phase, "pretrained") if phase else f"{work}/pretrained"
+        result = pretrain(shards, output, settings, vocab=vocab, data_eval=phase_dir(work, phase, "shards-heldout"))
+        results.append({"phase": phase or "single", **{k: result[k] for k in ("output", "metrics", "mlflow_run_id")}})
+        previous = output
+    return {**result, "phases": results}
+
+
+def _check_pretraining_settings(phase: dict[str, Any], shard_settings: tuple[str, ...],
+                                pretrain_settings: tuple[str, ...], positions: int | None = None) -> int | None:
+    """Checks one phase's settings; returns the model's position limit (given for the phases after the first)."""
     from bert_core.data.instances import ShardConfig
     from bert_core.errors import BertPipelineError
     from bert_core.pretrain.config import PretrainConfig
     from operators.params import settings_from
 
+    where = "bert_pretraining params" if not phase["name"] else f"bert_pretraining phases[{phase['index']}]"
+    params = phase["params"]
+    pretrained = params.get("pretrained")
     try:
         shards = ShardConfig(**settings_from(params, shard_settings))
         shards.check()
-        config = PretrainConfig(data="<shards>", output="<work_dir>/pretrained", **settings_from(params, pretrain_settings))
+        config = PretrainConfig(data="<shards>", output="<work_dir>/pretrained",
+                                **settings_from(params, pretrain_settings))
         config.validate()
     except BertPipelineError as exc:
-        raise BertPipelineError(f"bert_pretraining params: {exc}") from None
+        raise BertPipelineError(f"{where}: {exc}") from None
+    if pretrained and pretrained != "<previous phase>":
+        positions = _max_positions(pretrained)
+    if positions is None and params.get("model"):
+        from bert_core.model.zoo import architecture_config
+
+        try:
+            positions = architecture_config(params["model"]).max_position_embeddings
+        except BertPipelineError:
+            positions = None
+    if positions is not None and shards.max_seq_length > positions:
+        raise BertPipelineError(f"{where}: max_seq_length {shards.max_seq_length} is longer than the model's "
+                                f"{positions} positions")
     if not shards.holdout_fraction > 0:
-        raise BertPipelineError("bert_pretraining params: holdout_fraction must be above 0: the promotion gate "
+        raise BertPipelineError(f"{where}: holdout_fraction must be above 0: the promotion gate "
                                 "scores the model on held-out documents")
     if config.use_gpu:
         import torch
 
         if not torch.cuda.is_available() and not os.environ.get("RAY_ADDRESS"):
-            raise BertPipelineError("bert_pretraining params: use_gpu is set, but this machine has no GPU and "
+            raise BertPipelineError(f"{where}: use_gpu is set, but this machine has no GPU and "
                                     "RAY_ADDRESS names no cluster")
+    return positions
 
 
-def shard_dir(work: str, segmented_file: str) -> str:
-    """Shards of one segmented file: <work>/shards/<file stem>."""
-    return f"{work}/shards/{Path(segmented_file).stem}"
+def shard_dir(work: str, segmented_file: str, phase: str = "") -> str:
+    """Shards of one segmented file: <work>/shards/<file stem> (a phase's: <work>/shards/<phase>/<file stem>)."""
+    return f"{phase_dir(work, phase, 'shards')}/{Path(segmented_file).stem}"

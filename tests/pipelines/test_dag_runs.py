@@ -31,27 +31,42 @@ def _run(dag_id: str, conf: dict):
 
 def test_pretraining_then_finetune_dags(airflow_env, tmp_path):
     """bert_pretraining makes a tiny BERT; bert_finetune fine-tunes it (fast, and the path a user takes)."""
+    # Two phases, as in BERT's recipe (short sequences first, then longer ones with their own shards), each
+    # phase's make-shards mapped over the input files, the second phase starting from the first's weights.
     work = tmp_path / "pt"
     run = _run("bert_pretraining", {"model": "bert_2_64_2", "max_seq_length": 64, "dupe_factor": 2,
-                                    "num_steps": 4, "batch_size": 8, "work_dir": str(work)})
+                                    "batch_size": 8, "work_dir": str(work),
+                                    "phases": [{"max_seq_length": 32, "max_predictions_per_seq": 5, "num_steps": 3},
+                                               {"num_steps": 2}]})
     assert str(run.state).endswith("success")
-    assert sorted(p.name for p in (work / "shards").iterdir()) == ["part-a", "part-b"]  # one per input file
-    for part in ("part-a", "part-b"):
-        assert json.loads((work / "shards" / part / "validation.json").read_text())["success"]
-    pretrained = manifest.read(work / "pretrained")
-    assert pretrained["training"]["world_size"] == 2
-    assert len(pretrained["config"]["data"].split(",")) == 2
+    for phase, seq in (("phase1", 32), ("phase2", 64)):
+        shards = work / "shards" / phase
+        assert sorted(p.name for p in shards.iterdir()) == ["part-a", "part-b"]  # one per input file
+        for part in ("part-a", "part-b"):
+            assert json.loads((shards / part / "validation.json").read_text())["success"]
+            assert manifest.read(shards / part)["config"]["max_seq_length"] == seq
+        assert manifest.read(work / "shards-heldout" / phase)["config"]["max_seq_length"] == seq
+    first, second = manifest.read(work / "pretrained" / "phase1"), manifest.read(work / "pretrained" / "phase2")
+    assert first["training"]["world_size"] == second["training"]["world_size"] == 2
+    assert len(second["config"]["data"].split(",")) == 2 and "phase2" in second["config"]["data"]
+    assert second["config"]["pretrained"] == str(work / "pretrained" / "phase1")  # from the first phase's weights
+    assert (first["config"]["num_steps"], second["config"]["num_steps"]) == (3, 2)
     from mlflow import MlflowClient
 
     from bert_core.io.tracking import default_tracking_uri
 
     client = MlflowClient(default_tracking_uri(), registry_uri=default_tracking_uri())
     versions = client.search_model_versions("name='bert-pretrained'")
-    assert any(v.tags.get("output") == str(Path(work / "pretrained")) for v in versions)
+    assert any(v.tags.get("output") == str(work / "pretrained" / "phase2") for v in versions)
+
+    # A phase longer than the model's positions fails the plan before any work.
+    run = _run("bert_pretraining", {"model": "bert_2_64_2", "work_dir": str(tmp_path / "bad-pt"),
+                                    "phases": [{"num_steps": 2}, {"max_seq_length": 1024}]})
+    assert str(run.state).endswith("failed") and not (tmp_path / "bad-pt" / "shards").exists()
 
     # A named recipe, per-task overrides (tiny sizes) and a search over two learning rates on Ray Tune.
     ft = tmp_path / "ft"
-    run = _run("bert_finetune", {"tasks": {"sst-2": "", "squad": ""}, "model": str(work / "pretrained"),
+    run = _run("bert_finetune", {"tasks": {"sst-2": "", "squad": ""}, "model": str(work / "pretrained" / "phase2"),
                                  "recipe": "gluonnlp", "search": {"lr": [1e-4, 1e-3]},
                                  "overrides": {"sst-2": {"epochs": 1, "max_len": 32},
                                                "squad": {"epochs": 1, "batch_size": 8, "max_seq_length": 64,

@@ -79,14 +79,16 @@ def test_finetune_dag_maps_over_tasks(dagbag):
     assert all(dag.params[name] == value for name, value in DAG_DEFAULTS.items())
 
 
-def test_pretraining_dag_maps_make_shards_over_input_files(dagbag):
+def test_pretraining_dag_maps_make_shards_over_input_files_and_phases(dagbag):
     dag = dagbag.dags["bert_pretraining"]
     chain = {("segment", "make_shards"), ("make_shards", "validate_shards"), ("validate_shards", "pretrain"),
              ("segment", "make_heldout_shards"), ("make_heldout_shards", "pretrain"),
-             ("pretrain", "register_and_promote")}
+             ("pretrain", "register_and_promote"), ("phases", "make_shards"), ("phases", "make_heldout_shards"),
+             ("phases", "pretrain"), ("segment", "pretrain")}
     edges = _edges(dag)
     assert chain <= edges and {e for e in edges if e[0] != "plan"} == chain
-    assert {t.task_id for t in dag.tasks if t.is_mapped} == {"make_shards", "validate_shards"}
+    assert {t.task_id for t in dag.tasks if t.is_mapped} == {"make_shards", "make_heldout_shards", "validate_shards"}
+    assert dag.params["phases"] == []  # one phase unless the conf lists them
     # One source for the training defaults: the DAG leaves the learning rate to the library's rule.
     assert dag.params["lr"] is None and dag.params["holdout_fraction"] == 0.05
     # A production run can be started from the trigger form: precision, GPUs, workers, optimizer, warmup,
