@@ -225,3 +225,80 @@ def test_trigger_bert_demo_from_the_airflow_ui(local_stack, browser):
     with urllib.request.urlopen(f"{local_stack.ray_dashboard_url}/api/jobs/", timeout=30) as response:
         jobs = json.loads(response.read())
     assert any(j.get("type") == "DRIVER" and j.get("status") == "SUCCEEDED" for j in jobs), jobs
+
+
+def _open_trigger_form(driver, stack, dag_id: str):
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{stack.airflow_url}/dags/{dag_id}")
+    _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "button[aria-label='Trigger Dag']"))[0].click()
+    return _wait(driver, lambda d: next((x for x in d.find_elements(By.CSS_SELECTOR, "[role=dialog]")
+                                         if x.is_displayed() and f"Trigger Dag - {dag_id}" in x.text), None),
+                 message=f"the trigger form of {dag_id} did not open")
+
+
+def _task_log(api: AirflowApi, dag_id: str, run_id: str, task_id: str) -> str:
+    quoted = urllib.parse.quote(run_id, safe="")
+    log = api.get(f"/api/v2/dags/{dag_id}/dagRuns/{quoted}/taskInstances/{task_id}/logs/1?full_content=true")
+    content = log.get("content", "")
+    return content if isinstance(content, str) else json.dumps(content)
+
+
+def _wait_for_run(api: AirflowApi, dag_id: str, run_id: str, timeout: float) -> dict:
+    quoted = urllib.parse.quote(run_id, safe="")
+    deadline = time.monotonic() + timeout
+    run = api.get(f"/api/v2/dags/{dag_id}/dagRuns/{quoted}")
+    while run["state"] not in ("success", "failed") and time.monotonic() < deadline:
+        time.sleep(3)
+        run = api.get(f"/api/v2/dags/{dag_id}/dagRuns/{quoted}")
+    return run
+
+
+@pytest.mark.parametrize("dag_id", ["bert_pretraining", "bert_finetune"])
+def test_trigger_forms_start_with_their_defaults_and_bad_conf_fails_the_plan(local_stack, browser, dag_id):
+    """Each DAG's form, left at its defaults, can be triggered (no field is required that has a documented
+    default) and starts a run with exactly the DAG's defaults; a bad conf sent through the REST API fails the
+    first task at once, naming the param."""
+    from selenium.webdriver.common.by import By
+
+    api = AirflowApi(local_stack.airflow_url, *local_stack.airflow_credentials())
+    _login(browser, local_stack)
+    deadline = time.monotonic() + 120
+    while dag_id not in {d["dag_id"] for d in api.get("/api/v2/dags")["dags"]} and time.monotonic() < deadline:
+        time.sleep(3)
+    dialog = _open_trigger_form(browser, local_stack, dag_id)
+    time.sleep(1)
+    _shot(browser, f"04-{dag_id}-form.png")
+    dag = api.get(f"/api/v2/dags/{dag_id}/details")
+    defaults = {name: spec.get("value") for name, spec in dag["params"].items()}
+    # The form marks a field required (an asterisk, `required`) when its type has no null: fine for a field
+    # that shows its default value, wrong for one whose documented default is "empty" (it could not be left so).
+    required = {f.get_attribute("name").removeprefix("element_")
+                for f in dialog.find_elements(By.CSS_SELECTOR, "input[required], textarea[required]")}
+    empty_default = {name for name in required if defaults.get(name) in (None, "", [], {})}
+    assert required and not empty_default, f"{dag_id}: required fields with an empty default: {empty_default}"
+    trigger = next(b for b in dialog.find_elements(By.CSS_SELECTOR, "button") if b.text.strip() == "Trigger")
+    _wait(browser, lambda d: trigger.is_enabled(), timeout=10, message=f"{dag_id}: Trigger stays disabled")
+    before = {r["dag_run_id"] for r in api.get(f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]}
+    trigger.click()
+    runs = _wait(browser, lambda d: [r for r in api.get(f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]
+                                     if r["dag_run_id"] not in before], timeout=60,
+                 message=f"no new {dag_id} run after Trigger")
+    run = runs[0]
+    assert run["triggered_by"] == "ui" and {k: run["conf"].get(k) for k in defaults} == defaults
+    # Started is enough here (a default run takes minutes on 2 cores): stop it.
+    quoted = urllib.parse.quote(run["dag_run_id"], safe="")
+    api._call("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{quoted}", {"state": "failed"})
+
+    bad = {"bert_pretraining": ({"phases": [{"num_steps": 2}, {"max_seq_length": 1024}]},
+                                "phases[1]: max_seq_length 1024 is longer than the model's 512 positions"),
+           "bert_finetune": ({"tasks": {"sst-2": ""}, "overrides": {"sst-2": {"epoch": 1}}},
+                             "overrides.sst-2.epoch: not a fine-tuning setting")}[dag_id]
+    created = api._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": bad[0]})
+    finished = _wait_for_run(api, dag_id, created["dag_run_id"], timeout=180)
+    assert finished["state"] == "failed"
+    states = {t["task_id"]: t["state"] for t in api.get(
+        f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(created['dag_run_id'], safe='')}/taskInstances"
+    )["task_instances"]}
+    assert states["plan"] == "failed" and "success" not in states.values(), states
+    assert bad[1] in _task_log(api, dag_id, created["dag_run_id"], "plan")
