@@ -1,12 +1,21 @@
-"""Export a task model to a static-shape graph that runs without this package: ONNX (ONNX Runtime)
-or a torch.export program (.pt2, torch alone), plus everything needed to feed it.
+"""Export a task model to a graph that runs without this package: ONNX (ONNX Runtime) or a
+torch.export program (.pt2, torch alone), plus everything needed to feed it.
 
-The export directory holds the graph, `export.json` (task, sequence length, batch size, input and
-output names, labels, tokenizer casing), `config.json`, `vocab.txt` and `manifest.json`. Inputs are
-int64 `input_ids`, `token_type_ids`, `attention_mask` of shape [batch, seq_length]; outputs are
-`logits` (classification/regression) or `start_logits` + `end_logits` (question answering).
-The model is traced with `static_graph` set (dense attention with the mask, no data-dependent
-packing or checks), so exported outputs equal the PyTorch model's at every position.
+The export directory holds the graph, `export.json` (task, sequence length, batch size, which axes
+are dynamic, input and output names and shapes, labels, tokenizer casing, the fusions applied),
+`config.json`, `vocab.txt` and `manifest.json`. Inputs are int64 `input_ids`, `token_type_ids`,
+`attention_mask` of shape [batch, seq]; outputs are `logits` ([batch, labels] for classification and
+regression, [batch, seq, labels] for token classification) or `start_logits` + `end_logits`
+([batch, seq], question answering). The batch axis is static (--batch-size) or dynamic
+(--dynamic-batch); the sequence axis is static (--seq-length) or, with --dynamic-seq, any length up to
+--seq-length. `ExportedModel.run` takes any number of rows of any length up to --seq-length either way.
+
+ONNX exports are optimised for ONNX Runtime by default (`onnx_optimize`): the model is traced in the
+dense form ONNX Runtime's transformer optimizer fuses (one Attention kernel per layer, residual +
+LayerNorm as SkipLayerNormalization, bias + GELU as BiasGelu), and the fused operator counts go to
+export.json. --no-optimize (and .pt2) trace the model itself with `static_graph` set (dense attention
+with the mask, no data-dependent packing or checks). Either way exported outputs equal the PyTorch
+model's at every position.
 
 Parity is checked on random inputs (max |diff| of the outputs). With labelled task data
 (`eval_data`), the exported graph, and the INT8 one when quantising, also predict it and are scored
@@ -32,32 +41,43 @@ from bert_core.metrics.scoring import score_predictions
 from bert_core.model.modeling import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
+    BertForTokenClassification,
     BertPreTrainedModel,
 )
 from bert_core.options import option
 
 log = logging.getLogger(__name__)
 
-TASKS = ("classification", "regression", "question_answering")
+TASKS = ("classification", "regression", "question_answering", "token_classification")
+# Tasks whose outputs have a sequence axis (axis 1): cut back when run() pads the sequence.
+PER_TOKEN_TASKS = ("question_answering", "token_classification")
 INPUT_NAMES = ["input_ids", "token_type_ids", "attention_mask"]
+# How --quantize int8 quantises (recorded in export.json): see _quantize.
+QUANTIZATION = {"tool": "onnxruntime.quantization.quantize_dynamic", "weights": "int8, one scale per output channel",
+                "activations": "uint8, scale computed per tensor at run time (dynamic)"}
 
 
 @dataclass(kw_only=True)
 class ExportConfig:
     """All `bert-pipeline export` settings (flags generated from these fields)."""
 
-    task: str = option(help="which head to export: sequence classification, regression (one output) or SQuAD QA",
-                       choices=("classification", "regression", "question_answering"))
+    task: str = option(help="which head to export: sequence classification, regression (one output), SQuAD QA "
+                       "or token classification (NER: logits per token)", choices=TASKS)
     model: str | None = option(None, "fine-tuned model directory, s3:// URI or zoo name", metavar="DIR")
     output: str = option(help="export directory to create", metavar="DIR_OR_URI")
-    seq_length: int = option(128, "static sequence length")
+    seq_length: int = option(128, "static sequence length (with --dynamic-seq: the longest accepted)")
     batch_size: int = option(1, "static batch size", exclusive="batch")
     dynamic_batch: bool = option(False, "leave the batch dimension dynamic", exclusive="batch")
+    dynamic_seq: bool = option(False, "leave the sequence dimension dynamic: the graph runs each batch at its own "
+                               "length (up to --seq-length) instead of padded to --seq-length")
     format: str = option("onnx", "onnx (ONNX Runtime) or pt2 (torch.export program; torch only)",
                          choices=("onnx", "pt2"))
+    optimize: bool = option(True, "onnx: do not fuse the graph with ONNX Runtime's transformer optimizer "
+                            "(fused: one Attention kernel per layer, SkipLayerNormalization, BiasGelu; the "
+                            "counts are recorded in export.json)", negate="--no-optimize")
     quantize: str | None = option(None, "also write an INT8 dynamically quantised ONNX graph (ONNX Runtime dynamic "
-                                  "quantisation); with --eval-data, its metric is reported next to the fp32 "
-                                  "graph's, with the difference", choices=("int8",))
+                                  "quantisation of the fused graph, per-channel weight scales); with --eval-data, its metric is reported next "
+                                  "to the fp32 graph's, with the difference", choices=("int8",))
     # Labelled data to score the fp32 and INT8 graphs on: a GLUE/XNLI-style TSV (eval_task names the
     # task) for classification/regression, a SQuAD JSON file (v1.1 or v2.0) for question answering.
     eval_data: str | None = option(None, "labelled data to score the exported graph(s) on with the task's official "
@@ -106,12 +126,23 @@ def output_names(task: str) -> list[str]:
     return ["start_logits", "end_logits"] if task == "question_answering" else ["logits"]
 
 
+def output_shapes(task: str, seq: int | str, labels: int) -> dict[str, list]:
+    if task == "question_answering":
+        return {"start_logits": ["batch", seq], "end_logits": ["batch", seq]}
+    if task == "token_classification":
+        return {"logits": ["batch", seq, labels]}
+    return {"logits": ["batch", labels]}
+
+
+_MODEL_CLASSES = {"question_answering": BertForQuestionAnswering, "token_classification": BertForTokenClassification}
+
+
 def _load_model(cfg: ExportConfig) -> BertPreTrainedModel:
-    cls = BertForQuestionAnswering if cfg.task == "question_answering" else BertForSequenceClassification
+    cls = _MODEL_CLASSES.get(cfg.task, BertForSequenceClassification)
     overrides = {}
     if cfg.task == "regression":
         overrides["num_labels"] = 1
-    elif cfg.num_labels is not None and cfg.task == "classification":
+    elif cfg.num_labels is not None and cfg.task in ("classification", "token_classification"):
         overrides["num_labels"] = cfg.num_labels
     if cfg.model is not None:
         model = cls.from_pretrained(cfg.model, **overrides)
@@ -152,12 +183,22 @@ def export(cfg: ExportConfig) -> dict:
     if eval_task is not None:
         _check_labels(eval_task, _labels(model))
     model.bert.static_graph = True
-    graph = _Graph(model, cfg.task).eval()
+    graph = _Graph(model, cfg.task).eval()  # the reference outputs, and the graph traced without --optimize
+    optimized = cfg.optimize and cfg.format == "onnx"
     batch = max(cfg.batch_size, 2) if cfg.dynamic_batch else cfg.batch_size
     example = _example_inputs(batch, cfg.seq_length, model.config.vocab_size)
     inputs = {} if cfg.eval_data is None else {cfg.eval_data: manifest.sha256_file(cfg.eval_data)}
     with storage.atomic_output_dir(cfg.output, overwrite=cfg.overwrite) as tmp:
-        files = _write_graph(graph, example, cfg, tmp)
+        if optimized:
+            from bert_core.deploy import onnx_optimize
+
+            _write_graph(onnx_optimize.FusableGraph(model, cfg.task).eval(), example, cfg, tmp, name="unfused.onnx")
+            optimization = onnx_optimize.optimize(tmp / "unfused.onnx", tmp / "model.onnx", model.config)
+            (tmp / "unfused.onnx").unlink()
+            files = ["model.onnx"]
+        else:
+            files = _write_graph(graph, example, cfg, tmp)
+            optimization = None
         if cfg.quantize:
             files.append(_quantize(tmp / "model.onnx", tmp / "model.int8.onnx"))
         model.config.save(tmp / "config.json")
@@ -166,14 +207,19 @@ def export(cfg: ExportConfig) -> dict:
         if vocab:
             shutil.copyfile(vocab, tmp / "vocab.txt")
             files.append("vocab.txt")
+        seq_axis = "seq" if cfg.dynamic_seq else cfg.seq_length
         meta = {
             "task": cfg.task, "format": cfg.format, "seq_length": cfg.seq_length,
             "batch_size": "dynamic" if cfg.dynamic_batch else cfg.batch_size,
-            "inputs": {name: {"dtype": "int64", "shape": ["batch", cfg.seq_length]} for name in INPUT_NAMES},
+            "dynamic_seq": cfg.dynamic_seq,
+            "inputs": {name: {"dtype": "int64", "shape": ["batch", seq_axis]} for name in INPUT_NAMES},
             "outputs": output_names(cfg.task),
+            "output_shapes": output_shapes(cfg.task, seq_axis, model.config.num_labels),
             "labels": _labels(model), "do_lower_case": model.config.do_lower_case,
             "graph": "model.onnx" if cfg.format == "onnx" else "model.pt2",
+            "optimization": optimization,
             "quantized_graph": "model.int8.onnx" if cfg.quantize else None,
+            "quantization": QUANTIZATION if cfg.quantize else None,
             "random_weights": cfg.model is None,
         }
         metrics = _parity(graph, tmp, meta, model.config.vocab_size)
@@ -186,8 +232,9 @@ def export(cfg: ExportConfig) -> dict:
         result = manifest.build("export", asdict(cfg), inputs, tmp, files, started, metrics=metrics,
                                 extra={"evaluation": meta["evaluation"]} if "evaluation" in meta else None)
         manifest.write(result, tmp)
-    log.info("exported %s to %s (max |diff| vs PyTorch: %s)", cfg.task, cfg.output,
-             {k: v for k, v in metrics.items() if k.endswith("max_abs_diff")})
+    log.info("exported %s to %s (max |diff| vs PyTorch: %s; fused: %s)", cfg.task, cfg.output,
+             {k: v for k, v in metrics.items() if k.endswith("max_abs_diff")},
+             optimization["fused_operators"] if optimization else "no")
     if "evaluation" in result:
         log.info("%s", describe_evaluation(result["evaluation"]))
     return result
@@ -199,6 +246,9 @@ def _check_eval_data(cfg: ExportConfig) -> str | None:
         if cfg.eval_task is not None:
             raise BertPipelineError("--eval-task needs --eval-data (the labelled file to score)")
         return None
+    if cfg.task == "token_classification":
+        raise BertPipelineError("--eval-data scores classification, regression and question-answering exports; "
+                                "a token-classification export is checked against PyTorch only (parity)")
     if not Path(cfg.eval_data).is_file():
         raise BertPipelineError(f"--eval-data {cfg.eval_data}: no such file")
     from bert_core.finetune.tasks import registry
@@ -327,7 +377,8 @@ def predict_file(model: ExportedModel, data: str | Path, output: str | Path, tas
 
 
 def _labels(model: BertPreTrainedModel) -> list[str] | None:
-    if isinstance(model, BertForQuestionAnswering) or model.config.num_labels == 1:
+    if isinstance(model, BertForQuestionAnswering) or (
+            model.config.num_labels == 1 and not isinstance(model, BertForTokenClassification)):
         return None
     id2label = model.config.id2label or {}
     return [id2label.get(i, str(i)) for i in range(model.config.num_labels)]
@@ -343,19 +394,24 @@ def _example_inputs(batch: int, seq: int, vocab: int) -> tuple[torch.Tensor, ...
     return ids, types, mask
 
 
-def _write_graph(graph: torch.nn.Module, example, cfg: ExportConfig, out: Path) -> list[str]:
-    dynamic = None
+def _write_graph(graph: torch.nn.Module, example, cfg: ExportConfig, out: Path, name: str = "model.onnx"
+                 ) -> list[str]:
+    axes: dict[int, torch.export.Dim] = {}
     if cfg.dynamic_batch:
-        batch_dim = torch.export.Dim("batch", min=1, max=4096)
-        dynamic = {name: {0: batch_dim} for name in INPUT_NAMES}
+        axes[0] = torch.export.Dim("batch", min=1, max=4096)
+    if cfg.dynamic_seq:
+        # Traced at --seq-length, so nothing is specialised to a shorter length; torch.export needs a
+        # minimum of 2 (a length-1 dimension is specialised), a [CLS] ... [SEP] input has at least 2 tokens.
+        axes[1] = torch.export.Dim("seq", min=2, max=cfg.seq_length)
+    dynamic = {input_name: dict(axes) for input_name in INPUT_NAMES} if axes else None
     if cfg.format == "pt2":
         program = torch.export.export(graph, example, dynamic_shapes=dynamic)
         torch.export.save(program, str(out / "model.pt2"))
         return ["model.pt2"]
-    torch.onnx.export(graph, example, str(out / "model.onnx"), input_names=INPUT_NAMES,
+    torch.onnx.export(graph, example, str(out / name), input_names=INPUT_NAMES,
                       output_names=output_names(cfg.task), dynamo=True, dynamic_shapes=dynamic,
                       external_data=False, verbose=False)
-    return ["model.onnx"]
+    return [name]
 
 
 def _quantize(src: Path, dst: Path) -> str:
@@ -373,7 +429,12 @@ def _quantize(src: Path, dst: Path) -> str:
     level = root.level
     root.setLevel(max(level, logging.WARNING))
     try:
-        quantize_dynamic(str(plain), str(dst), weight_type=QuantType.QInt8)
+        # Per-channel weight scales (one per output column): on SST-2 dev (fine-tuned MiniLM) the INT8
+        # graph's accuracy stayed that of the fp32 graph, where one scale per weight matrix lost 1-2
+        # points; same speed (docs/benchmarks-serving.md). Shape inference knows no types past ONNX
+        # Runtime's fused (contrib) operators: float is theirs.
+        quantize_dynamic(str(plain), str(dst), weight_type=QuantType.QInt8, per_channel=True,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     finally:
         root.setLevel(level)
         plain.unlink(missing_ok=True)
@@ -381,23 +442,33 @@ def _quantize(src: Path, dst: Path) -> str:
 
 
 def _parity(graph: torch.nn.Module, out: Path, meta: dict, vocab: int) -> dict[str, float]:
-    """Max |exported - PyTorch| on fresh inputs (other values than the trace saw)."""
+    """Max |exported - PyTorch| on fresh inputs (other values than the trace saw), at the full sequence
+    length and at a shorter one (run at its own length by a --dynamic-seq graph, padded by `run`
+    otherwise), for the fp32 graph and the INT8 one."""
     batch = 3 if meta["batch_size"] == "dynamic" else meta["batch_size"]
+    full = meta["seq_length"]
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(5, vocab, (batch, meta["seq_length"]), generator=g)
-    types = torch.zeros_like(ids)
-    mask = torch.ones_like(ids)
-    mask[0, 3:] = 0
-    with torch.no_grad():
-        ref = graph(ids, types, mask)
-    ref = [ref] if isinstance(ref, torch.Tensor) else list(ref)
+    cases = []
+    for length in sorted({full, max(2, full // 2 + 1)}, reverse=True):
+        ids = torch.randint(5, vocab, (batch, length), generator=g)
+        types = torch.zeros_like(ids)
+        types[:, length // 2:] = 1
+        mask = torch.ones_like(ids)
+        mask[0, 3:] = 0
+        with torch.no_grad():
+            ref = graph(ids, types, mask)
+        cases.append(((ids.numpy(), types.numpy(), mask.numpy()),
+                      [ref] if isinstance(ref, torch.Tensor) else list(ref)))
     runner = ExportedModel(out, meta)
     result = {}
     for key, quantized in (("max_abs_diff", False), ("int8_max_abs_diff", True)):
         if quantized and not meta["quantized_graph"]:
             continue
-        got = runner.run(ids.numpy(), types.numpy(), mask.numpy(), quantized=quantized)
-        result[key] = float(max(np.abs(a - r.numpy()).max() for a, r in zip(got, ref)))
+        diffs = []
+        for arrays, ref in cases:
+            got = runner.run(*arrays, quantized=quantized)
+            diffs += [np.abs(a - r.numpy()).max() for a, r in zip(got, ref, strict=True)]
+        result[key] = float(max(diffs))
     return result
 
 
@@ -432,17 +503,31 @@ class ExportedModel:
 
     def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray, attention_mask: np.ndarray,
             quantized: bool = False) -> list[np.ndarray]:
-        """Outputs for any number of rows: split/padded to the export's static batch size as needed."""
+        """The graph's outputs (export.json's `outputs`, in order) for [batch, seq] inputs: any number of
+        rows (split/padded to a static batch size as needed) of any length up to the export's seq_length
+        (a --dynamic-seq graph runs at that length; a static one gets padding columns, mask 0, and its
+        per-token outputs are cut back to the length given)."""
+        arrays = [np.asarray(a).astype(np.int64, copy=False) for a in (input_ids, token_type_ids, attention_mask)]
+        if arrays[0].ndim != 2 or any(a.shape != arrays[0].shape for a in arrays):
+            raise BertPipelineError("input_ids, token_type_ids and attention_mask must be [batch, seq] arrays of one "
+                                    f"shape, got {[a.shape for a in arrays]}")
+        n, length = arrays[0].shape
+        limit = self.meta["seq_length"]
+        if length > limit:
+            raise BertPipelineError(f"sequence length {length} is over this export's seq_length {limit}: truncate "
+                                    "the input or export with a larger --seq-length")
+        if length < limit and not self.meta.get("dynamic_seq"):
+            arrays = [np.pad(a, ((0, 0), (0, limit - length))) for a in arrays]
+        per_token = self.meta["task"] in PER_TOKEN_TASKS
         fixed = self.meta["batch_size"]
-        n = len(input_ids)
         chunk = n if fixed == "dynamic" else fixed
         outputs: list[list[np.ndarray]] = []
         for start in range(0, n, max(chunk, 1)):
-            parts = [a[start:start + chunk].astype(np.int64) for a in (input_ids, token_type_ids, attention_mask)]
+            parts = [a[start:start + chunk] for a in arrays]
             real = len(parts[0])
             if fixed != "dynamic" and real < fixed:
                 parts = [np.concatenate([p, np.repeat(p[-1:], fixed - real, axis=0)]) for p in parts]
-            outputs.append([o[:real] for o in self._forward(parts, quantized)])
+            outputs.append([o[:real, :length] if per_token else o[:real] for o in self._forward(parts, quantized)])
         return [np.concatenate([o[i] for o in outputs]) for i in range(len(outputs[0]))]
 
     def _forward(self, parts: list[np.ndarray], quantized: bool) -> list[np.ndarray]:

@@ -11,10 +11,15 @@ from bert_core.deploy.export import ExportConfig, ExportedModel, export
 from bert_core.errors import BertPipelineError
 from bert_core.finetune.tasks import features as feats
 from bert_core.finetune.tasks.squad import make_features, postprocess, read_squad
-from bert_core.model.modeling import BertForQuestionAnswering, BertForSequenceClassification
+from bert_core.model.modeling import (
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from bert_core.model.tokenization import BertTokenizer
 from bert_pipeline.cli import main
 from tests.paths import FIXTURES
+from tests.tiny_bert import write_tiny_bert
 
 pytestmark = pytest.mark.slow
 
@@ -201,3 +206,137 @@ def test_refuses_random_weights_unless_asked(tmp_path, capsys):
     assert main(["predict", "--export", str(tmp_path / "rand"), "x.tsv", "--task", "sst-2",
                  "--output", str(tmp_path / "p.tsv")]) == 2  # no vocab.txt: a clear error
     assert "has no vocab.txt" in capsys.readouterr().err
+
+
+def _tiny_task_model(tmp_path, cls=BertForSequenceClassification, **overrides):
+    """A tiny random BERT (2 layers, hidden 32) with a task head, saved so both sides use the same head."""
+    model = cls.from_pretrained(str(write_tiny_bert(tmp_path / "tiny")), **overrides).eval()
+    model.save_pretrained(str(tmp_path / "model"), vocab_file=str(tmp_path / "tiny" / "vocab.txt"))
+    return model, tmp_path / "model"
+
+
+def _ragged(vocab, batch, seq, seed=0):
+    """[batch, seq] inputs with rows of different real lengths (padding at the end, as a tokenizer pads)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1000, vocab, (batch, seq), generator=g)
+    lengths = torch.randint(2, seq + 1, (batch,), generator=g)
+    lengths[0] = seq
+    mask = (torch.arange(seq)[None, :] < lengths[:, None]).long()
+    types = torch.zeros_like(ids)
+    types[:, seq // 2:] = 1
+    return ids * mask, types * mask, mask
+
+
+def _op_types(path):
+    import onnx
+
+    return [node.op_type for node in onnx.load(str(path)).graph.node]
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_dynamic_batch_and_seq_export_runs_any_shape_and_equals_pytorch(optimize, tmp_path):
+    model, model_dir = _tiny_task_model(tmp_path, num_labels=3)
+    out = tmp_path / "export"
+    result = export(ExportConfig(task="classification", output=str(out), model=str(model_dir), seq_length=64,
+                                 dynamic_batch=True, dynamic_seq=True, optimize=optimize))
+    assert result["metrics"]["max_abs_diff"] < 1e-5
+    meta = json.loads((out / "export.json").read_text())
+    assert meta["dynamic_seq"] is True and meta["batch_size"] == "dynamic" and meta["seq_length"] == 64
+    assert meta["inputs"]["input_ids"]["shape"] == ["batch", "seq"]
+    assert (meta["optimization"] is not None) == optimize
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert [d.shape for d in session.get_inputs()][0][1] == "seq"  # the graph's own axis is symbolic
+    runner = ExportedModel(out)
+    for batch, seq in ((1, 2), (1, 9), (5, 17), (32, 64)):
+        ids, types, mask = _ragged(model.config.vocab_size, batch, seq, seed=seq)
+        # The graph itself runs at this shape (run() does not pad a dynamic export).
+        (direct,) = session.run(None, {"input_ids": ids.numpy(), "token_type_ids": types.numpy(),
+                                       "attention_mask": mask.numpy()})
+        (got,) = runner.run(ids.numpy(), types.numpy(), mask.numpy())
+        with torch.no_grad():
+            ref = model(ids, types, mask).logits.numpy()  # the model's own (packed) path
+        assert got.shape == direct.shape == (batch, 3)
+        assert np.abs(got - ref).max() < 1e-5 and np.abs(direct - ref).max() < 1e-5, (batch, seq)
+    with pytest.raises(BertPipelineError, match="sequence length 65 is over this export's seq_length 64"):
+        runner.run(*(np.ones((1, 65), dtype=np.int64) for _ in range(3)))
+
+
+def test_optimized_graph_is_fused_and_equals_pytorch_for_any_mask(tmp_path):
+    model, model_dir = _tiny_task_model(tmp_path, cls=BertForQuestionAnswering)
+    layers = model.config.num_hidden_layers
+    out = tmp_path / "export"
+    result = export(ExportConfig(task="question_answering", output=str(out), model=str(model_dir), seq_length=32,
+                                 dynamic_batch=True, dynamic_seq=True, quantize="int8"))
+    ops = _op_types(out / "model.onnx")
+    # One fused kernel per layer for attention and GELU, two SkipLayerNormalization per layer; none of
+    # the unfused pieces left.
+    assert ops.count("Attention") == layers and ops.count("BiasGelu") == layers
+    assert ops.count("SkipLayerNormalization") == 2 * layers
+    assert "Softmax" not in ops and "Erf" not in ops and "Gelu" not in ops
+    meta = json.loads((out / "export.json").read_text())
+    fused = meta["optimization"]["fused_operators"]
+    assert fused["Attention"] == layers and fused["SkipLayerNormalization"] == 2 * layers
+    assert fused["BiasGelu"] == layers
+    # INT8 quantises the fused graph: quantised attention and integer matmuls; parity recorded for both.
+    int8_ops = _op_types(out / "model.int8.onnx")
+    assert int8_ops.count("QAttention") == layers and "MatMulInteger" in int8_ops
+    assert result["metrics"]["max_abs_diff"] < 1e-5 and result["metrics"]["int8_max_abs_diff"] > 0
+    assert result["metrics"]["int8_max_abs_diff"] < 0.1
+    # The raw 2D mask is kept: a mask with holes (not only end padding) gives the model's outputs too.
+    ids, types, mask = _ragged(model.config.vocab_size, 4, 20)
+    mask[2, 5:8] = 0
+    start, end = ExportedModel(out).run(ids.numpy(), types.numpy(), mask.numpy())
+    with torch.no_grad():
+        ref = model(ids, types, mask)
+    assert start.shape == end.shape == (4, 20)
+    valid = mask.bool().numpy()  # (the model's packed path leaves padded positions' outputs at the bias)
+    assert np.abs(start - ref.start_logits.numpy())[valid].max() < 1e-5
+    assert np.abs(end - ref.end_logits.numpy())[valid].max() < 1e-5
+    # --no-optimize: the model's own static graph, nothing fused.
+    export(ExportConfig(task="question_answering", output=str(tmp_path / "plain"), model=str(model_dir),
+                        seq_length=32, dynamic_batch=True, optimize=False))
+    plain = _op_types(tmp_path / "plain" / "model.onnx")
+    assert not {"Attention", "SkipLayerNormalization", "BiasGelu"} & set(plain)
+    assert json.loads((tmp_path / "plain" / "export.json").read_text())["optimization"] is None
+
+
+def test_token_classification_export(tmp_path):
+    model, model_dir = _tiny_task_model(tmp_path, cls=BertForTokenClassification, num_labels=5)
+    assert main(["export", "--task", "token_classification", "--model", str(model_dir), "--seq-length", "24",
+                 "--dynamic-batch", "--dynamic-seq", "--output", str(tmp_path / "ner")]) == 0
+    meta = json.loads((tmp_path / "ner" / "export.json").read_text())
+    assert meta["task"] == "token_classification" and meta["outputs"] == ["logits"]
+    assert meta["output_shapes"] == {"logits": ["batch", "seq", 5]} and meta["labels"] == ["0", "1", "2", "3", "4"]
+    assert meta["optimization"]["fused_operators"]["Attention"] == model.config.num_hidden_layers
+    # A static export too: run() pads a shorter batch to its length and cuts the logits back.
+    assert main(["export", "--task", "token_classification", "--model", str(model_dir), "--seq-length", "24",
+                 "--batch-size", "2", "--output", str(tmp_path / "ner-static")]) == 0
+    ids, types, mask = _ragged(model.config.vocab_size, 3, 11)
+    with torch.no_grad():
+        ref = model(ids, types, mask).logits.numpy()
+    valid = mask.bool().numpy()
+    for export_dir in ("ner", "ner-static"):
+        (got,) = ExportedModel(tmp_path / export_dir).run(ids.numpy(), types.numpy(), mask.numpy())
+        assert got.shape == (3, 11, 5), export_dir
+        assert np.abs(got[valid] - ref[valid]).max() < 1e-5, export_dir
+    with pytest.raises(BertPipelineError, match="token-classification export is checked against PyTorch only"):
+        export(ExportConfig(task="token_classification", output=str(tmp_path / "x"), model=str(model_dir),
+                            eval_data=str(tmp_path / "dev.tsv"), eval_task="SST-2"))
+
+
+def test_static_export_runs_shorter_sequences(tmp_path):
+    """A static-shape export keeps working for callers that pad each batch to its own longest row."""
+    model, model_dir = _tiny_task_model(tmp_path, num_labels=2)
+    export(ExportConfig(task="classification", output=str(tmp_path / "exp"), model=str(model_dir), seq_length=16,
+                        batch_size=4))
+    meta = json.loads((tmp_path / "exp" / "export.json").read_text())
+    assert meta["dynamic_seq"] is False and meta["inputs"]["input_ids"]["shape"] == ["batch", 16]
+    runner = ExportedModel(tmp_path / "exp")
+    for batch, seq in ((1, 5), (6, 16), (9, 12)):
+        ids, types, mask = _ragged(model.config.vocab_size, batch, seq, seed=batch)
+        (got,) = runner.run(ids.numpy(), types.numpy(), mask.numpy())
+        with torch.no_grad():
+            ref = model(ids, types, mask).logits.numpy()
+        assert got.shape == (batch, 2) and np.abs(got - ref).max() < 1e-5, (batch, seq)
