@@ -36,7 +36,9 @@ def _pyfunc_class() -> type:
                 from bert_core.deploy.serving import TaskPredictor
 
                 self.model_dir = context.artifacts["model_dir"]
-                self.predictor = TaskPredictor.from_model_dir(self.model_dir)
+                # An export's graph (ONNX Runtime) when one was logged with the model, else eager PyTorch.
+                self.predictor = TaskPredictor.from_model_dir(self.model_dir,
+                                                              export_dir=context.artifacts.get("export_dir"))
 
             def predict(self, context, model_input, params=None) -> list[dict[str, Any]]:
                 from mlflow.exceptions import MlflowException
@@ -103,23 +105,28 @@ def _input_schema(predictor):
                    if name != "text_pair" or predictor.kind in ("classification", "regression")])
 
 
-def pyfunc_spec(model_dir: str | Path) -> dict[str, Any]:
+def pyfunc_spec(model_dir: str | Path, export_dir: str | Path | None = None) -> dict[str, Any]:
     """Keyword arguments for mlflow.pyfunc.log_model: the task pyfunc, the directory as its artifact, the
     signature (input fields of the task; outputs inferred from a real answer of this very model to the
-    input example, which also proves the directory loads and answers before it is logged)."""
+    input example, which also proves the directory loads and answers before it is logged).
+
+    export_dir: an export of the same model (`bert-pipeline export`, best with --dynamic-batch --dynamic-seq),
+    logged beside it; the served model then runs that graph on ONNX Runtime instead of eager PyTorch."""
     import pandas as pd
     from mlflow.models import ModelSignature, infer_signature
 
     from bert_core.deploy.serving import TaskPredictor
 
-    spec = {"python_model": _pyfunc_class()(), "artifacts": {"model_dir": str(model_dir)},
-            "pip_requirements": PIP_REQUIREMENTS}
+    artifacts = {"model_dir": str(model_dir)}
+    if export_dir is not None:
+        artifacts["export_dir"] = str(export_dir)
+    spec = {"python_model": _pyfunc_class()(), "artifacts": artifacts, "pip_requirements": PIP_REQUIREMENTS}
     if not (Path(model_dir) / "vocab.txt").is_file():
         # Logged all the same (a run's weights are never dropped), but it cannot read text: loading it says so,
         # and promotion, which loads it, refuses it.
         log.warning("%s has no vocab.txt: the logged model cannot tokenize text, so it cannot be served", model_dir)
         return spec
-    predictor = TaskPredictor.from_model_dir(model_dir)
+    predictor = TaskPredictor.from_model_dir(model_dir, export_dir=export_dir)
     example = predictor.input_example()
     with warnings.catch_warnings():  # "integer columns cannot hold missing values": outputs, never inputs
         warnings.simplefilter("ignore", UserWarning)

@@ -1,4 +1,5 @@
-"""`bert-pipeline export`: a static-shape ONNX or torch.export model plus what is needed to run it."""
+"""`bert-pipeline export`: an ONNX (optimised for ONNX Runtime) or torch.export graph plus what is needed to run
+it; with --register, also a registered model version that serves the graph (`mlflow models serve`)."""
 
 from __future__ import annotations
 
@@ -12,19 +13,68 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bert_core.deploy.export import ExportConfig
 
     add_config_arguments(parser, ExportConfig)
+    serving = parser.add_argument_group("serving the export from the registry")
+    serving.add_argument("--register", metavar="NAME",
+                         help="log the fine-tuned --model with this export as an MLflow model that runs the graph on "
+                              "ONNX Runtime, and register it as a new version of NAME (e.g. bert-sst-2); its metric "
+                              "tags are the --eval-data evaluation's, else the fine-tuning run's dev metrics. Needs an "
+                              "fp32 ONNX export of a model fine-tuned by bert-pipeline (its task.json), best with "
+                              "--dynamic-batch --dynamic-seq")
+    serving.add_argument("--promote", action="store_true",
+                         help="with --register: promote the new version to `champion` behind the usual gates, "
+                              "including the check that the served graph answers the model's scored dev examples "
+                              "as they were scored")
 
 
 def run(args: argparse.Namespace) -> int:
     from bert_core.deploy.export import ExportConfig, describe_evaluation, export
+    from bert_core.errors import BertPipelineError
 
     cfg = config_from_args(ExportConfig, args)
+    if args.promote and not args.register:
+        raise BertPipelineError("--promote needs --register NAME")
+    if args.register and (cfg.format != "onnx" or cfg.model is None):
+        raise BertPipelineError("--register serves an ONNX export of a fine-tuned model: give --model and "
+                                "--format onnx")
     result = export(cfg)
     metrics = result.get("metrics", {})
     report = {"output": args.output, "files": [o["path"] for o in result["outputs"]],
               "parity": {k: v for k, v in metrics.items() if k.endswith("max_abs_diff")}}
     if "evaluation" in result:
         report["evaluation"] = result["evaluation"]
+    if args.register:
+        report["registry"] = _register(cfg, result, args.register, args.promote)
     print(json.dumps(report, indent=2))
     if "evaluation" in result:
         print(describe_evaluation(result["evaluation"]))
     return 0
+
+
+def _register(cfg, result: dict, name: str, promote: bool) -> dict:
+    """Register the export as a served version of `name`; its metrics: the export's evaluation, else the dev
+    metrics in the fine-tuning output's manifest (the model dir's parent)."""
+    from pathlib import Path
+
+    from bert_core.errors import BertPipelineError
+    from bert_core.finetune import task_card
+    from bert_core.io import manifest
+    from bert_core.model.weights import resolve_model_dir
+    from operators import registry
+
+    model_dir = resolve_model_dir(cfg.model)
+    if task_card.read_card(model_dir) is None:
+        raise BertPipelineError(f"{cfg.model}: no task.json: --register needs a model fine-tuned by bert-pipeline "
+                                "(the card says how to read and answer requests)")
+    if "evaluation" in result:
+        metrics, source = result["evaluation"]["fp32"], "the export's evaluation on --eval-data"
+    else:
+        try:
+            metrics, source = manifest.read(Path(model_dir).parent)["metrics"], "the fine-tuning run's dev metrics"
+        except (FileNotFoundError, BertPipelineError):
+            raise BertPipelineError(f"{cfg.model}: no metrics to register it with: pass --eval-data (and "
+                                    "--eval-task) or export from a fine-tuning output's model/") from None
+    registered = registry.register_model_dir(model_dir, name, metrics, export_dir=cfg.output,
+                                             tags={"metrics_from": source, "export": str(cfg.output)})
+    if promote:
+        return registry.promote(name, registered["version"])
+    return registered

@@ -153,3 +153,29 @@ def test_mlflow_pyfunc_signature_example_and_errors(models, tmp_path, monkeypatc
     (model_dir / task_card.CHECKS).write_text(json.dumps(tampered))
     examples, problems = check_served(model)
     assert examples == len(checks) and problems and problems[0].startswith("check example 0: start: expected")
+
+
+def test_a_registered_export_serves_its_onnx_graph(models, tmp_path, monkeypatch, capsys):
+    """`bert-pipeline export --register NAME --promote`: the version serves the export's graph on ONNX Runtime
+    (dynamic batch and length), and promotion's served-artifact check passes on its scored examples."""
+    import mlflow
+
+    from bert_core.deploy.mlflow_model import check_served
+    from bert_core.deploy.serving import _ExportRunner
+    from bert_pipeline.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert main(["export", "--task", "classification", "--model", str(models["sst-2"] / "model"), "--output",
+                 str(tmp_path / "onnx"), "--dynamic-batch", "--dynamic-seq", "--seq-length", "32",
+                 "--register", "bert-sst-2", "--promote"]) == 0
+    report = json.loads(capsys.readouterr().out.split("\n}\n")[0] + "\n}")
+    assert report["registry"]["serving_check"] == {"examples": 8, "problems": []}
+    assert report["registry"]["candidate_metrics"] == json.loads(
+        (models["sst-2"] / "manifest.json").read_text())["metrics"]
+    model = mlflow.pyfunc.load_model("models:/bert-sst-2@champion")
+    assert isinstance(model.unwrap_python_model().predictor.runner, _ExportRunner)
+    assert check_served(model) == (8, [])
+    eager = TaskPredictor.from_model_dir(models["sst-2"])
+    requests = [{"text": "the garden was lovely ."}, {"text": " ".join(["superb"] * 300)}]
+    assert [same_answer(a, b, 1e-4) for a, b in zip(eager(requests), model.predict(requests))] == [None, None]
