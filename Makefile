@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml infra/constraints.txt
 	$(BIN)/python -m pip install --quiet -c infra/constraints.txt -e '.[test,tf]'
 	touch $(STAMP)
 
+# Two xdist workers, one test file at a time, long files first (the order is in tests/conftest.py).
 test: install
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra -n 2 --dist loadfile --no-loadscope-reorder
 
 lint: install
 	$(BIN)/ruff check .

@@ -48,6 +48,38 @@ def _isolated_caches(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("BERT_MODEL_STORE", str(root / "empty-model-store"))
 
 
+# The suite runs on two xdist workers, a file at a time (`make test`: -n 2 --dist loadfile, in this order).
+# The few long files go first, longest first, so that neither worker is left with a long file at the end
+# while the other idles (seconds on this 2-core machine, alone; the rest take a few seconds each).
+LONG_FIRST = (
+    "tests/test_stack_ui.py",  # ~250 s: `stack up`, the UI run of bert_demo, both DAGs' forms
+    "tests/bert_core/pretrain/test_convergence.py",  # ~150 s: real-text pretraining learns
+    "tests/pipelines/test_dag_runs.py",  # ~105 s: two-phase pretraining, a fine-tuning search
+    "tests/test_demo.py",  # ~75 s
+    "tests/bert_core/launch/test_ray_pretrain.py",  # ~75 s
+    "tests/bert_core/deploy/test_export.py",  # ~70 s
+    "tests/bench/test_bench_scripts.py",  # ~60 s
+    "tests/bert_core/finetune/test_finetune.py",  # ~60 s
+    "tests/test_serving_http.py",  # ~50 s: mlflow models serve
+    "tests/bert_core/launch/test_ray_tune.py",  # ~50 s
+    "tests/pipelines/test_nightly.py",  # ~35 s
+    "tests/pipelines/test_nightly_installed.py",  # ~20 s: a wheel in a fresh venv
+    "tests/bert_core/launch/test_ray_job_submit.py",
+    "tests/bert_core/finetune/test_finetune_ray.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {path: index for index, path in enumerate(LONG_FIRST)}
+    root = Path(config.rootpath)
+
+    def key(item):
+        path = Path(str(item.path)).relative_to(root).as_posix()
+        return rank.get(path, len(rank))
+
+    items.sort(key=key)  # stable: the rest keep their collection order
+
+
 def pytest_sessionfinish(session, exitstatus):
     session.config.stash[_EXIT_STATUS] = int(exitstatus)
 
