@@ -64,8 +64,15 @@ def _run_trial(config: dict[str, Any]) -> None:
         if config["parent_run_id"]:
             tags["mlflow.parentRunId"] = config["parent_run_id"]
         tracker.set_tags(tags)
+    before = _finished_at(cfg.output)
     try:
         result = finetune(cfg, tracker)
+        if before is not None and before == (result["started_at"], result["finished_at"]):
+            # A retried search finds this trial's output up to date: finetune() logged nothing, so this run
+            # records the existing model, keeping every trial registrable.
+            tracker.log_metrics({f"best/{k}": v for k, v in result["metrics"].items()}, step=0)
+            tracker.set_tags({"reused_output": cfg.output})
+            tracker.log_model_dir(Path(cfg.output) / "model")
     except BaseException:
         tracker.end("FAILED")
         raise
@@ -131,6 +138,16 @@ def sweep(base, grid: dict[str, list[Any]], sweep_dir: str, metric: str, parent_
 # Bookkeeping Tune adds to every result; not dev metrics.
 _TUNE_KEYS = {"timestamp", "time_this_iter_s", "time_total_s", "training_iteration", "pid", "time_since_restore",
               "iterations_since_restore", "done", "should_checkpoint"}
+
+
+def _finished_at(output: str) -> tuple[str, str] | None:
+    from bert_core.io import manifest
+
+    try:
+        found = manifest.read(output)
+    except (FileNotFoundError, BertPipelineError, OSError):
+        return None
+    return found.get("started_at"), found.get("finished_at")
 
 
 def _run_id(output: str) -> str | None:

@@ -48,9 +48,14 @@ def test_search_runs_trials_as_child_runs(tmp_path, monkeypatch):
         ray.init(num_cpus=2, include_dashboard=False)
         found = ray_tune.sweep(base, {"lr": [1e-4, 2e-3]}, str(tmp_path / "search"), "accuracy",
                                parent_run_id=parent.run_id)
+        # A retried search (e.g. the Airflow task again) finds the trials up to date: same results, and each
+        # new trial run records the existing model, so whichever run is registered holds one.
+        again = ray_tune.sweep(base, {"lr": [1e-4, 2e-3]}, str(tmp_path / "search"), "accuracy",
+                               parent_run_id=parent.run_id)
     finally:
         ray.shutdown()
         parent.end()
+    assert [t.metrics for t in again["trials"]] == [t.metrics for t in found["trials"]]
     trials = found["trials"]
     assert [t.name for t in trials] == ["lr=0.0001", "lr=0.002"]
     assert all(t.error is None and 0 <= t.metrics["accuracy"] <= 1 for t in trials)
@@ -67,4 +72,7 @@ def test_search_runs_trials_as_child_runs(tmp_path, monkeypatch):
         assert run.data.metrics["best/accuracy"] == pytest.approx(trial.metrics["accuracy"])
     models = mlflow.search_logged_models(experiment_ids=[client.get_run(parent.run_id).info.experiment_id],
                                          output_format="list")
-    assert sorted(m.source_run_id for m in models) == sorted(t.mlflow_run_id for t in trials)
+    reruns = client.search_runs([client.get_run(parent.run_id).info.experiment_id],
+                                "tags.reused_output != ''")
+    assert len(reruns) == 2 and len(models) == 4  # two trials, each logged twice (first run and the retry)
+    assert {t.mlflow_run_id for t in trials} <= {m.source_run_id for m in models}
