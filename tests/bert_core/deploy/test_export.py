@@ -261,6 +261,19 @@ def test_dynamic_batch_and_seq_export_runs_any_shape_and_equals_pytorch(optimize
         assert np.abs(got - ref).max() < 1e-5 and np.abs(direct - ref).max() < 1e-5, (batch, seq)
     with pytest.raises(BertPipelineError, match="sequence length 65 is over this export's seq_length 64"):
         runner.run(*(np.ones((1, 65), dtype=np.int64) for _ in range(3)))
+    # A padded batch runs in groups of rows of similar length, each cut to its longest row: the graph
+    # computes about the real tokens only, and the outputs are those of the batch run as given.
+    lengths = torch.tensor([64, 5, 5, 40, 6, 41])
+    ids, types, _ = _ragged(model.config.vocab_size, 6, 64)
+    mask = (torch.arange(64)[None, :] < lengths[:, None]).long()
+    shapes = []
+    forward = runner._forward
+    runner._forward = lambda parts, quantized: shapes.append(parts[0].shape) or forward(parts, quantized)
+    (grouped,) = runner.run(ids.numpy(), types.numpy(), mask.numpy())
+    assert sum(rows for rows, _ in shapes) == 6 and len(shapes) > 1
+    assert sum(rows * width for rows, width in shapes) <= 1.25 * int(lengths.sum())  # not 6 x 64
+    (as_given,) = runner.run(ids.numpy(), types.numpy(), mask.numpy(), group_by_length=False)
+    assert shapes[-1] == (6, 64) and np.abs(grouped - as_given).max() < 1e-5
 
 
 def test_optimized_graph_is_fused_and_equals_pytorch_for_any_mask(tmp_path):
