@@ -99,6 +99,25 @@ def test_finetune_accuracy(tmp_path):
     assert "| sst-2 |" in (tmp_path / "f.md").read_text()
 
 
+def test_finetune_accuracy_squad(tmp_path):
+    # A tiny random BERT on a few questions of the synthetic SQuAD set: the plumbing, not the learning.
+    model = write_tiny_bert(tmp_path / "tiny")
+    result = run_bench("finetune_accuracy.py", "--task", "squad", "--synthetic-train-questions", "24",
+                       "--synthetic-dev-questions", "8", "--model", str(model), "--epochs", "1", "--batch-size", "8",
+                       "--max-len", "64", "--doc-stride", "32", "--work-dir", str(tmp_path / "work"), "--out-md",
+                       str(tmp_path / "q.md"), out=tmp_path / "squad.json")
+    assert result["task"] == "squad" and result["main_metric"] == "f1"
+    assert result["synthetic_data"] == {"train_questions": 24, "dev_questions": 8, "seed": 0}
+    for run in ("ours", "transformers", *(result["baselines"][b] for b in ("first entity", "question overlap"))):
+        metrics = result[run]["metrics"] if isinstance(run, str) else run
+        assert set(metrics) == {"exact_match", "f1"} and 0 <= metrics["exact_match"] <= metrics["f1"] <= 100
+    assert result["ours"]["seconds"] > 0 and result["transformers"]["seconds"] > 0
+    assert result["transformers"]["train_rows"] > 24  # windows: 64-token windows split the contexts
+    dev = json.loads((tmp_path / "work" / "squad-synthetic" / "dev-v1.1.json").read_text())
+    assert sum(len(p["qas"]) for p in dev["data"][0]["paragraphs"]) == 8
+    assert "| squad |" in (tmp_path / "q.md").read_text()
+
+
 def test_pretrain_convergence(tmp_path):
     from tests.corpus_text import documents, write_raw
 
