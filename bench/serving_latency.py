@@ -25,8 +25,10 @@ weights and the same inputs, at batch 1 and batch 32, with real sentence lengths
    pass gives sentences/s. Each row's dev accuracy comes from that implementation's own logits (its
    warm-up pass) at that batch size: INT8 activations are quantised per batch, so they may differ.
 
-    python bench/serving_latency.py --optimum-python /tmp/optimum-env/bin/python \\
-        --out-json docs/figures/serving_latency.json --plot docs/figures/serving_latency.png
+    python bench/serving_latency.py --optimum-python /tmp/optimum-env/bin/python --threads 1 \\
+        --out-json docs/figures/serving_latency_1thread.json --plot docs/figures/serving_latency_1thread.png
+
+(docs/benchmarks-serving.md: the figures and how the Optimum environment was made.)
 """
 
 from __future__ import annotations
