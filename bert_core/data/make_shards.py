@@ -205,8 +205,13 @@ def open_executor(vocab_file: Path, config: ShardConfig, workers: int, backend: 
                   remote: OpenRemote | None = None):
     """A function running units -> results in unit order, on the chosen backend ("ray": `remote`'s).
 
-    Entered before anything starts threads (the progress bar does): process workers are forked, which
-    unlike spawn does not re-import the caller's main module (a script without a __main__ guard, stdin).
+    Process workers start from a fresh interpreter (forkserver where the platform has it, else spawn),
+    never by forking the caller: a caller inside an Airflow task has other threads running (a lock
+    one of them holds stays held forever in a forked child) and Airflow's SIGTERM handler, which
+    ignores the signal in any process but the task's own, so a stuck forked worker could be neither
+    used nor terminated (seen: make-shards hanging at the pool's exit after a `dag.test` in the same
+    process). Like spawn, forkserver imports the caller's main module in each worker, so a script
+    calling this needs the usual `if __name__ == "__main__":` guard.
     """
     args = (str(vocab_file), config.do_lower_case, config)
     if backend == "inline":
@@ -221,28 +226,22 @@ def open_executor(vocab_file: Path, config: ShardConfig, workers: int, backend: 
     if backend == "process":
         import multiprocessing
 
-        fork = "fork" in multiprocessing.get_all_start_methods()
-        context = multiprocessing.get_context("fork" if fork else "spawn")
-        previous = os.environ.get("TOKENIZERS_PARALLELISM")
-        if fork:
-            # Load the vocab once, here: forked workers inherit it. The Rust tokenizer (~1 s of
-            # character tables) is left to the workers, which build it only if they meet text that
-            # is not plain ASCII (see BertTokenizer.encode_ids_batch). If anything did run its thread
-            # pool before the fork, the variable (restored below) keeps the children from using it.
-            os.environ["TOKENIZERS_PARALLELISM"] = "false"
-            _worker_context(*args[:2])
-        pool = context.Pool(workers, initializer=_init_process, initargs=args[:2])
-        if fork:
-            if previous is None:
-                os.environ.pop("TOKENIZERS_PARALLELISM", None)
-            else:
-                os.environ["TOKENIZERS_PARALLELISM"] = previous
-        with pool:
+        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        pool = multiprocessing.get_context(method).Pool(workers, initializer=_init_process, initargs=args[:2])
+        try:
             # One unit more than workers in flight keeps them all busy; more would only hold finished
             # results in memory.
             yield lambda units: ordered(
                 lambda unit: pool.apply_async(_run_unit_in_process, ((*args, unit),)),
                 lambda handle: handle.get(), units, workers + 1, stats)
+        except BaseException:
+            pool.terminate()
+            raise
+        else:
+            # Workers leave on the pool's end-of-work message rather than by signal.
+            pool.close()
+        finally:
+            pool.join()
         return
     if remote is None:
         raise BertPipelineError("make-shards: the ray backend runs through bert_core.launch.ray_shards, which "

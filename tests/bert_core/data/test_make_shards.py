@@ -73,6 +73,41 @@ def test_byte_identical_whatever_the_workers(corpus, tmp_path):
     assert digests(tmp_path / "seed7") != base
 
 
+WORKERS_OBEY_SIGTERM = """
+import multiprocessing, os, signal, sys, time
+from pathlib import Path
+from bert_core.data import make_shards as sharding
+from bert_core.data.instances import ShardConfig
+
+parent = os.getpid()
+
+def ignore_in_children(signum, frame):  # what Airflow's task runner installs (and never removes)
+    if os.getpid() != parent:
+        return
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, ignore_in_children)
+    with sharding.open_executor(Path(sys.argv[1]), ShardConfig(), 2, "process", sharding.RunStats()):
+        workers = multiprocessing.active_children()
+        assert len(workers) == 2, workers
+        os.kill(workers[0].pid, signal.SIGTERM)
+        workers[0].join(20)
+        assert workers[0].exitcode == -signal.SIGTERM, workers[0].exitcode
+    assert multiprocessing.active_children() == []
+    print("ok")
+"""
+
+
+def test_process_workers_do_not_inherit_the_callers_threads_or_signal_handlers(tmp_path):
+    # A make-shards task inside Airflow runs with Airflow's SIGTERM handler installed; forked workers
+    # inherited it, ignored the pool's SIGTERM, and the pool's exit hung (CI, after a dag.test).
+    script = tmp_path / "obey.py"
+    script.write_text(WORKERS_OBEY_SIGTERM)
+    proc = subprocess.run([sys.executable, str(script), VOCAB], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parents[3])
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
 def test_backend_is_ray_tasks_when_ray_address_is_set(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert sharding.choose_backend("auto", 1) == "inline"
