@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml infra/constraints.txt
 
 # Two xdist workers, one test file at a time, long files first (the order is in tests/conftest.py).
 test: install
-	$(BIN)/python -m pytest -q -ra -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -ra --durations=15 -n 2 --dist loadfile --no-loadscope-reorder
 
 lint: install
 	$(BIN)/ruff check .

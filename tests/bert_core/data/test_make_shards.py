@@ -91,8 +91,10 @@ if __name__ == "__main__":
         workers = multiprocessing.active_children()
         assert len(workers) == 2, workers
         os.kill(workers[0].pid, signal.SIGTERM)
-        workers[0].join(20)
-        assert workers[0].exitcode == -signal.SIGTERM, workers[0].exitcode
+        workers[0].join(30)
+        # Gone (the fork version lived on: it ignored the signal). Its exit code is not asserted: through
+        # forkserver it is -15, or 255 when the server's report of it is lost under load.
+        assert not workers[0].is_alive()
     assert multiprocessing.active_children() == []
     print("ok")
 """
