@@ -85,5 +85,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def run() -> None:
+    """The `bert-pipeline` console script: `main`, then an orderly exit that skips the interpreter's teardown
+    (see bert_pipeline/process_exit.py for why)."""
+    from bert_pipeline.process_exit import run_and_exit
+
+    run_and_exit(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

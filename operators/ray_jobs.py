@@ -37,15 +37,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bert_core.errors import BertPipelineError
+from bert_core.launch import ray_cluster
 
 log = logging.getLogger(__name__)
 
 RESULT_MARKER = "BERT_PIPELINE_STEP_RESULT "
 IN_JOB_ENV = "BERT_PIPELINE_IN_RAY_JOB"
-# Environment the job's driver needs from the submitter (never credentials: the dashboard shows runtime envs).
-FORWARDED_ENV = ("MLFLOW_TRACKING_URI", "BERT_PIPELINE_HOME", "BERT_PIPELINE_CACHE", "BERT_MODEL_STORE",
-                 "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "AWS_REGION", "GIT_SHA", "HF_HUB_OFFLINE",
-                 "AIRFLOW_CTX_DAG_ID", "AIRFLOW_CTX_DAG_RUN_ID", "AIRFLOW_CTX_TASK_ID")
+# Environment the job's driver needs from the submitter (never credentials: the dashboard shows runtime envs):
+# what every Ray worker gets from its driver, plus the home of the driver's embedded defaults and the task's
+# Airflow context.
+FORWARDED_ENV = (*ray_cluster.FORWARDED_ENV, "BERT_PIPELINE_HOME", "AIRFLOW_CTX_DAG_ID", "AIRFLOW_CTX_TASK_ID")
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 

@@ -15,6 +15,19 @@ from typing import Any
 
 from bert_core.errors import BertPipelineError
 
+# Environment the workers need from the driver. Ray starts workers from the raylet, not from the driver,
+# so nothing of the driver's is inherited (on a cluster, or on a Ray head started by other means, such as
+# `stack up`). Credentials are deliberately not forwarded: runtime envs and trial configs are visible in
+# the Ray dashboard; nodes get them from their own environment or instance role.
+FORWARDED_ENV = ("MLFLOW_TRACKING_URI", "BERT_PIPELINE_CACHE", "BERT_MODEL_STORE", "AWS_ENDPOINT_URL",
+                 "AWS_DEFAULT_REGION", "AWS_REGION", "AIRFLOW_CTX_DAG_RUN_ID", "GIT_SHA", "HF_HUB_OFFLINE",
+                 "NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE")
+
+
+def forwarded_env() -> dict[str, str]:
+    """The driver's values of FORWARDED_ENV that are set."""
+    return {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
+
 
 def cluster_address() -> str | None:
     """RAY_ADDRESS when it names a cluster to join; None for a local instance; an error for a job server URL."""

@@ -43,18 +43,12 @@ from bert_core.deploy.mlflow_model import pyfunc_spec
 from bert_core.errors import BertPipelineError
 from bert_core.io import storage
 from bert_core.io.tracking import NullTracker, Tracker, build_tracker, pipeline_home
-from bert_core.launch.ray_cluster import connect
+from bert_core.launch.ray_cluster import connect, forwarded_env
 from bert_core.train.checkpointing import step_dir_name
 from bert_core.train.step_spec import Plan, StepHook, StepSpec, Worker
 
 log = logging.getLogger(__name__)
 
-# Environment the workers need from the driver. Ray starts workers from the raylet, not from this
-# process, so nothing is inherited. Credentials are deliberately not forwarded: runtime envs are
-# visible in the Ray dashboard; nodes get them from their own environment or instance role.
-FORWARDED_ENV = ("MLFLOW_TRACKING_URI", "BERT_PIPELINE_CACHE", "BERT_MODEL_STORE", "AWS_ENDPOINT_URL",
-                 "AWS_DEFAULT_REGION", "AWS_REGION", "AIRFLOW_CTX_DAG_RUN_ID", "GIT_SHA", "HF_HUB_OFFLINE",
-                 "NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE")
 
 
 def run_name(spec: StepSpec, config: Any) -> str:
@@ -164,7 +158,7 @@ def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: 
     """Start (or attach to) Ray, run `worker` on every worker of a TorchTrainer, return rank 0's result.
     A BertPipelineError raised on a worker comes back as one (the user's mistake, said once)."""
     connect(local_cpus=max(job.num_workers, os.cpu_count() or 1))  # locally, enough CPUs for one worker each
-    env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
+    env = forwarded_env()
     env["BERT_PIPELINE_HOME"] = str(pipeline_home())
     trainer = TorchTrainer(
         worker,

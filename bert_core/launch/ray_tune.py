@@ -13,6 +13,7 @@ import dataclasses
 import itertools
 import logging
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,9 @@ def _run_trial(config: dict[str, Any]) -> None:
     from bert_core.finetune.step import FinetuneConfig, experiment_name, finetune
     from bert_core.io.tracking import NullTracker, build_tracker
 
+    # The driver's tracking store, model store and the like: a trial runs in a worker that the raylet started,
+    # with the raylet's environment, not the driver's.
+    os.environ.update(config["env"])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(max(1, int(config["threads"])))
     values = {k: config[k] for k in config["grid_keys"]}
@@ -91,7 +95,8 @@ def sweep(base, grid: dict[str, list[Any]], sweep_dir: str, metric: str, parent_
     is reported with its error; the sweep fails only when every trial failed."""
     from ray import tune
 
-    from bert_core.launch.ray_cluster import connect
+    from bert_core.io.tracking import default_tracking_uri
+    from bert_core.launch.ray_cluster import connect, forwarded_env
 
     if not grid:
         raise BertPipelineError("a search needs at least one setting with values to try")
@@ -104,8 +109,10 @@ def sweep(base, grid: dict[str, list[Any]], sweep_dir: str, metric: str, parent_
     if base.use_gpu:
         resources["gpu"] = 1
     base_values = {k: v for k, v in dataclasses.asdict(base).items() if k != "output"}
+    if base.tracking and not base.tracking_uri:
+        base_values["tracking_uri"] = default_tracking_uri()  # the store of the parent run, resolved here
     param_space = {"base": base_values, "sweep_dir": sweep_dir.rstrip("/"), "metric": metric, "grid_keys": list(grid),
-                   "parent_run_id": parent_run_id, "threads": cpus_per_trial,
+                   "parent_run_id": parent_run_id, "threads": cpus_per_trial, "env": forwarded_env(),
                    **{key: tune.grid_search(values) for key, values in grid.items()}}
     storage = Path(sweep_dir).absolute() / ".ray-tune" if "://" not in sweep_dir else None
     log.info("search over %s: %d trial(s), %s per trial", ", ".join(grid), len(points), resources)

@@ -179,3 +179,33 @@ def test_a_registered_export_serves_its_onnx_graph(models, tmp_path, monkeypatch
     eager = TaskPredictor.from_model_dir(models["sst-2"])
     requests = [{"text": "the garden was lovely ."}, {"text": " ".join(["superb"] * 300)}]
     assert [same_answer(a, b, 1e-4) for a, b in zip(eager(requests), model.predict(requests))] == [None, None]
+
+
+def test_cli_processes_that_load_torch_and_onnx_runtime_always_exit_0(models, tmp_path):
+    """Stress test for the exit crash of issue 15 (a native thread racing interpreter teardown after all work was
+    done): fresh `bert-pipeline` processes that hold torch's, the tokenizer's and ONNX Runtime's thread pools
+    export a model and answer requests with its graph, again and again; every one must exit 0."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).parent / "bert-pipeline"
+    command = [str(script)] if script.exists() else [shutil.which("bert-pipeline") or "bert-pipeline"]
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a crash prints every thread's stack
+    model = str(models["sst-2"] / "model")
+    done = subprocess.run([*command, "export", "--task", "classification", "--model", model, "--output",
+                           str(tmp_path / "onnx"), "--dynamic-batch", "--dynamic-seq", "--seq-length", "32"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("a lovely garden .", "dull , dull , dull")))
+    answers = set()
+    for i in range(4):
+        out = tmp_path / f"answers-{i}.jsonl"
+        done = subprocess.run([*command, "predict", "--model", model, "--export", str(tmp_path / "onnx"),
+                               str(requests), "--output", str(out)], capture_output=True, text=True, env=env,
+                              timeout=300)
+        assert done.returncode == 0, f"run {i}: exit {done.returncode}\n{done.stderr[-3000:]}"
+        answers.add(out.read_text())
+    assert len(answers) == 1 and len(answers.pop().splitlines()) == 2

@@ -31,7 +31,7 @@ def test_search_runs_trials_as_child_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     tiny = write_tiny_bert(tmp_path / "tiny")
     data = toy_tasks.write_sst2(tmp_path / "sst2", n_train=48, n_dev=16)
@@ -43,18 +43,22 @@ def test_search_runs_trials_as_child_runs(tmp_path, monkeypatch):
 
     from bert_core.io.tracking import build_tracker
 
-    parent = build_tracker(True, experiment="bert-finetune/sst-2", run_name="search")
+    # Ray's workers get the raylet's environment, which has no MLFLOW_TRACKING_URI (they would use the home's
+    # embedded store), as on a cluster or a Ray head started by `stack up`: the trials must still log to the
+    # driver's store, where the parent run is.
+    ray.init(num_cpus=2, include_dashboard=False)
     try:
-        ray.init(num_cpus=2, include_dashboard=False)
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        parent = build_tracker(True, experiment="bert-finetune/sst-2", run_name="search")
         found = ray_tune.sweep(base, {"lr": [1e-4, 2e-3]}, str(tmp_path / "search"), "accuracy",
                                parent_run_id=parent.run_id)
         # A retried search (e.g. the Airflow task again) finds the trials up to date: same results, and each
         # new trial run records the existing model, so whichever run is registered holds one.
         again = ray_tune.sweep(base, {"lr": [1e-4, 2e-3]}, str(tmp_path / "search"), "accuracy",
                                parent_run_id=parent.run_id)
+        parent.end()
     finally:
         ray.shutdown()
-        parent.end()
     assert [t.metrics for t in again["trials"]] == [t.metrics for t in found["trials"]]
     trials = found["trials"]
     assert [t.name for t in trials] == ["lr=0.0001", "lr=0.002"]

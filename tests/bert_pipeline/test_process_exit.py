@@ -1,0 +1,50 @@
+"""The command's orderly exit: Python's shutdown work runs (threads joined, atexit handlers, streams flushed),
+the status is the command's, and the interpreter's teardown is skipped."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+PROGRAM = """
+import atexit, sys, threading, time
+from pathlib import Path
+from bert_pipeline.process_exit import run_and_exit
+
+marks = Path(sys.argv[1])
+atexit.register(lambda: marks.write_text(marks.read_text() + "atexit\\n"))
+
+def late():
+    time.sleep(0.3)
+    marks.write_text(marks.read_text() + "thread\\n")
+
+def main():
+    marks.write_text("")
+    threading.Thread(target=late).start()
+    sys.stdout.write("unflushed output")  # no newline: still in the buffer at exit
+    {body}
+
+run_and_exit(main)
+"""
+
+
+@pytest.mark.parametrize("body, status, stderr", [
+    ("return 0", 0, ""),
+    ("return 3", 3, ""),
+    ("return None", 0, ""),
+    ("raise SystemExit(4)", 4, ""),
+    ("sys.exit('bad flag')", 1, "bad flag"),
+    ("raise ValueError('boom')", 1, "ValueError: boom"),
+])
+def test_status_output_threads_and_atexit(tmp_path, body, status, stderr):
+    marks = tmp_path / "marks"
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM.replace("{body}", body))
+    done = subprocess.run([sys.executable, str(script), str(marks)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == status, done.stderr
+    assert done.stdout == "unflushed output"
+    assert stderr in done.stderr
+    # The non-daemon thread finished before the atexit handlers ran, as in a normal interpreter exit.
+    assert marks.read_text() == "thread\natexit\n"
