@@ -52,9 +52,8 @@ def _isolated_caches(tmp_path_factory, monkeypatch):
 # The few long files go first, longest first, so that neither worker is left with a long file at the end
 # while the other idles (seconds on this 2-core machine, alone; the rest take a few seconds each).
 LONG_FIRST = (
-    "tests/test_stack_ui.py",  # ~250 s: `stack up`, the UI run of bert_demo, both DAGs' forms
+    "tests/test_stack_ui.py",  # ~250 s + REST runs: `stack up`, bert_demo from the UI, both DAGs' forms and confs
     "tests/bert_core/pretrain/test_convergence.py",  # ~150 s: real-text pretraining learns
-    "tests/pipelines/test_dag_runs.py",  # ~105 s: two-phase pretraining, a fine-tuning search
     "tests/test_demo.py",  # ~75 s
     "tests/bert_core/launch/test_ray_pretrain.py",  # ~75 s
     "tests/bert_core/deploy/test_export.py",  # ~70 s

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -302,3 +303,89 @@ def test_trigger_forms_start_with_their_defaults_and_bad_conf_fails_the_plan(loc
     )["task_instances"]}
     assert states["plan"] == "failed" and "success" not in states.values(), states
     assert bad[1] in _task_log(api, dag_id, created["dag_run_id"], "plan")
+
+
+def _trigger(api: AirflowApi, dag_id: str, conf: dict) -> str:
+    api._call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+    return api._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})["dag_run_id"]
+
+
+def _failed_tasks(api: AirflowApi, dag_id: str, run_id: str) -> str:
+    """The failed task instances of a run with the end of each one's log (mapped ones by their map index)."""
+    quoted = urllib.parse.quote(run_id, safe="")
+    tasks = api.get(f"/api/v2/dags/{dag_id}/dagRuns/{quoted}/taskInstances")["task_instances"]
+    parts = []
+    for t in tasks:
+        if t["state"] not in ("failed", "upstream_failed"):
+            continue
+        where = f"{t['task_id']}[{t.get('map_index', -1)}] {t['state']}"
+        if t["state"] == "failed":
+            path = (f"/api/v2/dags/{dag_id}/dagRuns/{quoted}/taskInstances/{t['task_id']}/logs/"
+                    f"{max(t.get('try_number') or 1, 1)}?full_content=true&map_index={t.get('map_index', -1)}")
+            try:
+                content = api.get(path).get("content", "")
+            except urllib.error.HTTPError as exc:
+                content = f"(log not readable: {exc})"
+            where += "\n" + (content if isinstance(content, str) else json.dumps(content))[-4000:]
+        parts.append(where)
+    return f"{dag_id} run {run_id}:\n" + "\n---\n".join(parts)
+
+
+def test_dags_run_their_new_params_through_the_rest_api(local_stack):
+    """bert_pretraining with two phases, then bert_finetune with a recipe, per-task overrides and a search over
+    two learning rates, each triggered through the REST API and run by the stack's scheduler, Ray head and
+    MLflow server, on the bundled corpus and a tiny model."""
+    from mlflow import MlflowClient
+
+    from bert_core.io import manifest
+
+    api = AirflowApi(local_stack.airflow_url, *local_stack.airflow_credentials())
+    work = local_stack.home / "rest-pretraining"
+    # BERT's recipe: short sequences first, then longer ones with their own shards; each phase's make-shards
+    # is mapped over the input files and the second phase starts from the first's weights.
+    run_id = _trigger(api, "bert_pretraining", {
+        "model": "bert_2_64_2", "max_seq_length": 64, "dupe_factor": 2, "batch_size": 8, "work_dir": str(work),
+        "phases": [{"max_seq_length": 32, "max_predictions_per_seq": 5, "num_steps": 3}, {"num_steps": 2}]})
+    run = _wait_for_run(api, "bert_pretraining", run_id, timeout=RUN_TIMEOUT_S)
+    assert run["state"] == "success", _failed_tasks(api, "bert_pretraining", run_id)
+    for phase, seq in (("phase1", 32), ("phase2", 64)):
+        shards = work / "shards" / phase
+        assert sorted(p.name for p in shards.iterdir()) == ["part-a", "part-b"]  # one per input file
+        for part in ("part-a", "part-b"):
+            assert json.loads((shards / part / "validation.json").read_text())["success"]
+            assert manifest.read(shards / part)["config"]["max_seq_length"] == seq
+        assert manifest.read(work / "shards-heldout" / phase)["config"]["max_seq_length"] == seq
+    first, second = manifest.read(work / "pretrained" / "phase1"), manifest.read(work / "pretrained" / "phase2")
+    assert first["training"]["world_size"] == second["training"]["world_size"] == 2
+    assert len(second["config"]["data"].split(",")) == 2 and "phase2" in second["config"]["data"]
+    assert second["config"]["pretrained"] == str(work / "pretrained" / "phase1")  # from the first phase's weights
+    assert (first["config"]["num_steps"], second["config"]["num_steps"]) == (3, 2)
+    client = MlflowClient(local_stack.mlflow_url, registry_uri=local_stack.mlflow_url)
+    versions = client.search_model_versions("name='bert-pretrained'")
+    assert any(v.tags.get("output") == str(work / "pretrained" / "phase2") for v in versions)
+
+    # A named recipe, per-task overrides (tiny sizes) and a search over two learning rates on the stack's Ray.
+    ft = local_stack.home / "rest-finetune"
+    run_id = _trigger(api, "bert_finetune", {
+        "tasks": {"sst-2": "", "squad": ""}, "model": str(work / "pretrained" / "phase2"), "recipe": "gluonnlp",
+        "search": {"lr": [1e-4, 1e-3]}, "work_dir": str(ft),
+        "overrides": {"sst-2": {"epochs": 1, "max_len": 32},
+                      "squad": {"epochs": 1, "batch_size": 8, "max_seq_length": 64, "doc_stride": 32}}})
+    run = _wait_for_run(api, "bert_finetune", run_id, timeout=RUN_TIMEOUT_S)
+    assert run["state"] == "success", _failed_tasks(api, "bert_finetune", run_id)
+    summary = json.loads((ft / "registry" / "summary.json").read_text())
+    assert [(m["name"], m["gates"]) for m in summary["models"]] == [("bert-sst-2", ["accuracy"]),
+                                                                    ("bert-squad", ["f1", "exact_match"])]
+    for report in summary["models"]:
+        task = report["name"].removeprefix("bert-")
+        assert (ft / "registry" / f"{report['name']}-v{report['candidate']}.json").is_file()
+        search = report["search"]
+        assert sorted(search["trials"]) == ["lr=0.0001", "lr=0.001"] and search["spread"]["trials"] == 2
+        trial = manifest.read(ft / f"finetune-{task}" / search["best"])
+        assert trial["config"]["batch_size"] == (16 if task == "sst-2" else 8)  # the recipe's, the override's
+        assert trial["config"]["optimizer"] == ("bertadam" if task == "sst-2" else "adamw")
+        assert manifest.read(ft / f"evaluate-{task}")["metrics"] == trial["metrics"]
+        version = client.get_model_version(report["name"], report["candidate"])
+        assert version.run_id == trial["mlflow_run_id"]  # the best trial's model is the registered one
+        parent = json.loads((ft / f"finetune-{task}" / "search.json").read_text())["parent_run_id"]
+        assert client.get_run(version.run_id).data.tags["mlflow.parentRunId"] == parent
