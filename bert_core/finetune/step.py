@@ -178,9 +178,13 @@ def predict(model: torch.nn.Module, arrays: dict[str, np.ndarray], names: tuple[
         batch = _batch(inputs, np.arange(start, min(n, start + batch_size)), device)
         with precision.autocast():
             out = model(**batch)
+        padding = batch["attention_mask"].cpu().numpy() == 0
         for name in names:
             value = getattr(out, name).float().cpu().numpy()
             if name != "logits" or value.ndim == 3:  # token-level: pad back to `full` positions
+                # Padded positions never answer (as in serving, which cuts them off): in the packed path their
+                # outputs are the head's bias alone, which could fill SQuAD's n-best and leave "empty".
+                value[padding[:, :value.shape[1]]] = -1e4
                 pad = [(0, 0), (0, full - value.shape[1])] + [(0, 0)] * (value.ndim - 2)
                 value = np.pad(value, pad, constant_values=-1e4)
             outputs[name].append(value)

@@ -280,3 +280,25 @@ def test_in_process_finetune_refuses_several_workers(tmp_path):
                          num_workers=2, tracking=False)
     with pytest.raises(BertPipelineError, match=r"run_step\(FINETUNE, cfg\)"):
         finetune(cfg)
+
+
+def test_predicted_token_outputs_never_answer_from_padding(tmp_path):
+    """QA logits at padded positions are -1e4 (like the positions cut off past the batch's longest row), so
+    SQuAD's n-best is never filled by padding; real positions equal a forward of the row alone."""
+    from bert_core.model.modeling import BertForQuestionAnswering
+
+    model = BertForQuestionAnswering.from_pretrained(str(write_tiny_bert(tmp_path / "tiny", seed=3))).eval()
+    with torch.no_grad():  # a bias far above any real logit: padding would win every n-best slot
+        model.qa_outputs.bias.fill_(50.0)
+    ids = np.zeros((2, 16), dtype=np.int64)
+    ids[0, :12], ids[1, :5] = np.arange(5, 17), np.arange(5, 10)
+    arrays = {"input_ids": ids, "token_type_ids": np.zeros_like(ids), "attention_mask": (ids > 0).astype(np.int64)}
+    out = predict(model, arrays, ("start_logits", "end_logits"), 8, Precision("float32", torch.device("cpu")),
+                  torch.device("cpu"))
+    for name in ("start_logits", "end_logits"):
+        assert out[name].shape == (2, 16)
+        assert (out[name][1, 5:] == -1e4).all() and (out[name][0, 12:] == -1e4).all()
+        alone = predict(model, {k: v[1:] for k, v in arrays.items()}, (name,), 8,
+                        Precision("float32", torch.device("cpu")), torch.device("cpu"))[name]
+        np.testing.assert_allclose(out[name][1, :5], alone[0, :5], atol=1e-5)
+        assert (out[name][1, :5] > -1e3).all()
