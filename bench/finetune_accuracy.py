@@ -21,7 +21,9 @@ through the same post-processing (bert_core.finetune.tasks.squad.postprocess) an
 official-equivalent scorer, so only the training differs. The baselines are a first-entity answer (the
 context's first name or number) and a question-overlap heuristic (the first name or number, not in
 the question, of the context sentence sharing most words with the question). With
---synthetic-train-questions the data is our own templated set (bench/squad_synthetic.py), written first:
+--synthetic-train-questions the data is our own templated set (bench/squad_synthetic.py), written first.
+One epoch on a small set lands far apart from seed to seed with dropout on (docs/benchmarks-finetune.md);
+--dropout 0 takes the dropout draws out of the comparison, for both systems:
 
     python bench/finetune_accuracy.py --task squad --synthetic-train-questions 2000 --epochs 1 --lr 1e-4 \\
         --max-len 128 --doc-stride 64 --out-json bench-results/ft_squad.json --out-md bench-results/ft_squad.md
@@ -82,6 +84,22 @@ def bench_config(args, data_dir: str | None = None, output: str = "-", **extra):
                           max_query_length=args.max_query_length, language=args.language, tracking=False, **extra)
 
 
+def with_dropout(model: str, dropout: float, work: Path) -> str:
+    """A model dir for both systems: the checkpoint's files, with hidden and attention dropout set to `dropout`."""
+    from bert_core.model.weights import resolve_model_dir
+
+    source = resolve_model_dir(model)
+    target = work / f"model-dropout-{dropout:g}"
+    target.mkdir(parents=True, exist_ok=True)
+    for path in source.iterdir():
+        if path.is_file() and path.name != "config.json" and not (target / path.name).exists():
+            (target / path.name).symlink_to(path.absolute())
+    config = json.loads((source / "config.json").read_text())
+    config.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    (target / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return str(target)
+
+
 def task_files(args) -> tuple[Path, Path]:
     """(train file, first dev file) of the task in --data-dir, as fine-tuning finds them."""
     from bert_core.finetune.step import prepare
@@ -124,6 +142,18 @@ def run_ours(args, out_dir: Path) -> dict:
             "load_before": load_before, "load_after": load_average()}
 
 
+def our_initial_head(args, prepared) -> dict[str, torch.Tensor]:
+    """The new head's initial weights as ours draws them: finetune() seeds, encodes, then builds the model."""
+    from bert_core.finetune.step import _seed_everything
+
+    _seed_everything(args.seed)
+    prepared.adapter.train_arrays()
+    prepared.adapter.eval_sets()
+    model = prepared.adapter.model_class.from_pretrained(str(prepared.model_dir),
+                                                         **prepared.adapter.config_overrides())
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if k.startswith(model.new_head_prefixes)}
+
+
 def run_transformers(args, out_dir: Path) -> dict:
     """The peer: transformers' model, optimizer setup and schedule, on the rows (SQuAD: windows) and order
     ours used, its dev outputs turned into predictions by the same code as ours."""
@@ -157,6 +187,13 @@ def run_transformers(args, out_dir: Path) -> dict:
         model = transformers.BertForSequenceClassification.from_pretrained(
             str(prepared.model_dir), num_labels=len(labels), problem_type="single_label_classification").to(device)
         targets, outputs = ("labels",), ("logits",)
+    if args.same_head_init:
+        head = our_initial_head(args, prepared)
+        state = model.state_dict()
+        for key, value in head.items():
+            if key not in state or state[key].shape != value.shape:
+                raise SystemExit(f"--same-head-init: transformers' model has no {key} of shape {tuple(value.shape)}")
+            state[key].copy_(value.to(state[key].device))
     no_decay = ("bias", "LayerNorm.weight")
     groups = [{"params": [p for n, p in model.named_parameters() if not any(k in n for k in no_decay)],
                "weight_decay": 0.01},
@@ -303,6 +340,12 @@ def main() -> None:
                    "--max-seq-length (default 128)")
     p.add_argument("--doc-stride", type=int, default=64, help="SQuAD: tokens between window starts (default 64)")
     p.add_argument("--max-query-length", type=int, default=64, help="SQuAD: question tokens kept (default 64)")
+    p.add_argument("--dropout", type=float, default=None,
+                   help="hidden and attention dropout of both systems (default: the checkpoint's; 0 takes the "
+                   "dropout draws out of the comparison, leaving only the new head's initial weights to chance)")
+    p.add_argument("--same-head-init", action="store_true",
+                   help="start the peer's new head from the weights ours draws (with --dropout 0 the two runs then "
+                   "differ only in their training code: a paired comparison)")
     p.add_argument("--seed", type=int, default=2, help="seed of the head's initial weights and data order (2)")
     p.add_argument("--language", help="XNLI: rows of this language in the original multi-language files")
     p.add_argument("--peer", choices=["transformers", "none"], default="transformers",
@@ -338,6 +381,8 @@ def main() -> None:
                      "dev_questions": args.synthetic_dev_questions, "seed": args.synthetic_seed}
     if not args.data_dir:
         raise SystemExit("--data-dir is required (or, for SQuAD, --synthetic-train-questions)")
+    if args.dropout is not None:
+        args.model = with_dropout(args.model, args.dropout, work)
     machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                "device": torch.cuda.get_device_name() if torch.cuda.is_available() and args.device != "cpu"
                else "cpu", "torch": torch.__version__, "threads": torch.get_num_threads(),

@@ -104,8 +104,8 @@ def test_finetune_accuracy_squad(tmp_path):
     model = write_tiny_bert(tmp_path / "tiny")
     result = run_bench("finetune_accuracy.py", "--task", "squad", "--synthetic-train-questions", "24",
                        "--synthetic-dev-questions", "8", "--model", str(model), "--epochs", "1", "--batch-size", "8",
-                       "--max-len", "64", "--doc-stride", "32", "--work-dir", str(tmp_path / "work"), "--out-md",
-                       str(tmp_path / "q.md"), out=tmp_path / "squad.json")
+                       "--max-len", "64", "--doc-stride", "32", "--dropout", "0", "--same-head-init", "--lr", "1e-9",
+                       "--work-dir", str(tmp_path / "work"), "--out-md", str(tmp_path / "q.md"), out=tmp_path / "squad.json")
     assert result["task"] == "squad" and result["main_metric"] == "f1"
     assert result["synthetic_data"] == {"train_questions": 24, "dev_questions": 8, "seed": 0}
     for run in ("ours", "transformers", *(result["baselines"][b] for b in ("first entity", "question overlap"))):
@@ -116,6 +116,13 @@ def test_finetune_accuracy_squad(tmp_path):
     dev = json.loads((tmp_path / "work" / "squad-synthetic" / "dev-v1.1.json").read_text())
     assert sum(len(p["qas"]) for p in dev["data"][0]["paragraphs"]) == 8
     assert "| squad |" in (tmp_path / "q.md").read_text()
+    # --dropout: both systems load a copy of the model dir whose config sets it.
+    config = json.loads((tmp_path / "work" / "model-dropout-0" / "config.json").read_text())
+    assert config["hidden_dropout_prob"] == config["attention_probs_dropout_prob"] == 0.0
+    assert result["args"]["model"] == str(tmp_path / "work" / "model-dropout-0")
+    # --same-head-init: the peer starts from ours' head; at a learning rate too small to move any weight, the two
+    # systems' answers (through the same post-processing and scorer) are then the same.
+    assert result["transformers"]["metrics"] == result["ours"]["metrics"]
 
 
 def test_pretrain_convergence(tmp_path):
