@@ -171,3 +171,27 @@ def test_time_to_reach_interpolates():
     assert time_to_reach(curve, 0.2) == pytest.approx(15.0)
     assert time_to_reach(curve, 0.05) == pytest.approx(5.0)
     assert time_to_reach(curve, 0.31) is None
+
+
+def test_serving_latency(tmp_path):
+    # A tiny random BERT fine-tuned on a toy SST-2 set: the plumbing of every row, not the speeds.
+    model = write_tiny_bert(tmp_path / "tiny")
+    data = toy_tasks.write_sst2(tmp_path / "sst2", n_train=32, n_dev=20)
+    result = run_bench("serving_latency.py", "--model", str(model), "--data-dir", str(data), "--work-dir",
+                       str(tmp_path / "work"), "--train-examples", "32", "--train-max-len", "32", "--max-len", "32",
+                       "--sentences", "20", "--batch-sizes", "1", "8", "--rounds", "1", "--threads", "1",
+                       "--no-progress", out=tmp_path / "latency.json")
+    rows = result["rows"]
+    assert {(r["batch_size"], r["implementation"]) for r in rows} == {
+        (b, name) for b in (1, 8) for name in (
+            "ours: eager PyTorch", "ours: fused fp32 ONNX, ExportedModel.run", "ours: INT8 ONNX, ExportedModel.run",
+            "ours: fused fp32 ONNX graph, batch as given", "ours: INT8 ONNX graph, batch as given",
+            "transformers -> torch.onnx -> ORT optimizer")}
+    for row in rows:
+        assert row["sentences_per_s"] > 0 and 0 <= row["accuracy"] <= 1
+        if "fp32" in row["implementation"] or "torch.onnx" in row["implementation"]:
+            # Same weights: every fp32 graph answers as our eager model does.
+            assert row["max_abs_logit_diff_vs_our_eager"] < 1e-3 and row["predictions_equal_to_our_eager"] == 20
+    evaluation = result["export_evaluation"]
+    assert evaluation["examples"] == 20 and set(evaluation["fp32"]) == {"accuracy"}
+    assert (tmp_path / "latency.png").is_file()
