@@ -238,9 +238,10 @@ def _open_trigger_form(driver, stack, dag_id: str):
                  message=f"the trigger form of {dag_id} did not open")
 
 
-def _task_log(api: AirflowApi, dag_id: str, run_id: str, task_id: str) -> str:
+def _task_log(api: AirflowApi, dag_id: str, run_id: str, task_id: str, map_index: int = -1, try_number: int = 1) -> str:
     quoted = urllib.parse.quote(run_id, safe="")
-    log = api.get(f"/api/v2/dags/{dag_id}/dagRuns/{quoted}/taskInstances/{task_id}/logs/1?full_content=true")
+    log = api.get(f"/api/v2/dags/{dag_id}/dagRuns/{quoted}/taskInstances/{task_id}/logs/{try_number}"
+                  f"?full_content=true&map_index={map_index}")
     content = log.get("content", "")
     return content if isinstance(content, str) else json.dumps(content)
 
@@ -320,13 +321,12 @@ def _failed_tasks(api: AirflowApi, dag_id: str, run_id: str) -> str:
             continue
         where = f"{t['task_id']}[{t.get('map_index', -1)}] {t['state']}"
         if t["state"] == "failed":
-            path = (f"/api/v2/dags/{dag_id}/dagRuns/{quoted}/taskInstances/{t['task_id']}/logs/"
-                    f"{max(t.get('try_number') or 1, 1)}?full_content=true&map_index={t.get('map_index', -1)}")
             try:
-                content = api.get(path).get("content", "")
+                content = _task_log(api, dag_id, run_id, t["task_id"], t.get("map_index", -1),
+                                    max(t.get("try_number") or 1, 1))
             except urllib.error.HTTPError as exc:
                 content = f"(log not readable: {exc})"
-            where += "\n" + (content if isinstance(content, str) else json.dumps(content))[-4000:]
+            where += "\n" + content[-4000:]
         parts.append(where)
     return f"{dag_id} run {run_id}:\n" + "\n---\n".join(parts)
 

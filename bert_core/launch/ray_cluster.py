@@ -29,6 +29,14 @@ def forwarded_env() -> dict[str, str]:
     return {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
 
 
+def worker_env() -> dict[str, str]:
+    """What a training or search worker gets from its driver: FORWARDED_ENV, and the driver's home, so the
+    embedded defaults (tracking store, caches) are the driver's, not the raylet's."""
+    from bert_core.io.tracking import pipeline_home
+
+    return {**forwarded_env(), "BERT_PIPELINE_HOME": str(pipeline_home())}
+
+
 def cluster_address() -> str | None:
     """RAY_ADDRESS when it names a cluster to join; None for a local instance; an error for a job server URL."""
     address = os.environ.get("RAY_ADDRESS", "").strip()

@@ -43,12 +43,11 @@ from bert_core.deploy.mlflow_model import pyfunc_spec
 from bert_core.errors import BertPipelineError
 from bert_core.io import storage
 from bert_core.io.tracking import NullTracker, Tracker, build_tracker, pipeline_home
-from bert_core.launch.ray_cluster import connect, forwarded_env
+from bert_core.launch.ray_cluster import connect, worker_env
 from bert_core.train.checkpointing import step_dir_name
 from bert_core.train.step_spec import Plan, StepHook, StepSpec, Worker
 
 log = logging.getLogger(__name__)
-
 
 
 def run_name(spec: StepSpec, config: Any) -> str:
@@ -158,8 +157,7 @@ def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: 
     """Start (or attach to) Ray, run `worker` on every worker of a TorchTrainer, return rank 0's result.
     A BertPipelineError raised on a worker comes back as one (the user's mistake, said once)."""
     connect(local_cpus=max(job.num_workers, os.cpu_count() or 1))  # locally, enough CPUs for one worker each
-    env = forwarded_env()
-    env["BERT_PIPELINE_HOME"] = str(pipeline_home())
+    env = worker_env()
     trainer = TorchTrainer(
         worker,
         train_loop_config=payload,

@@ -95,8 +95,7 @@ def sweep(base, grid: dict[str, list[Any]], sweep_dir: str, metric: str, parent_
     is reported with its error; the sweep fails only when every trial failed."""
     from ray import tune
 
-    from bert_core.io.tracking import default_tracking_uri
-    from bert_core.launch.ray_cluster import connect, forwarded_env
+    from bert_core.launch.ray_cluster import connect, worker_env
 
     if not grid:
         raise BertPipelineError("a search needs at least one setting with values to try")
@@ -109,10 +108,9 @@ def sweep(base, grid: dict[str, list[Any]], sweep_dir: str, metric: str, parent_
     if base.use_gpu:
         resources["gpu"] = 1
     base_values = {k: v for k, v in dataclasses.asdict(base).items() if k != "output"}
-    if base.tracking and not base.tracking_uri:
-        base_values["tracking_uri"] = default_tracking_uri()  # the store of the parent run, resolved here
     param_space = {"base": base_values, "sweep_dir": sweep_dir.rstrip("/"), "metric": metric, "grid_keys": list(grid),
-                   "parent_run_id": parent_run_id, "threads": cpus_per_trial, "env": forwarded_env(),
+                   "parent_run_id": parent_run_id, "threads": cpus_per_trial,
+                   "env": worker_env(),
                    **{key: tune.grid_search(values) for key, values in grid.items()}}
     storage = Path(sweep_dir).absolute() / ".ray-tune" if "://" not in sweep_dir else None
     log.info("search over %s: %d trial(s), %s per trial", ", ".join(grid), len(points), resources)
