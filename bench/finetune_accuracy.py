@@ -217,7 +217,15 @@ def run_transformers(args, out_dir: Path) -> dict:
         for start in bar:
             index = order[start:start + args.batch_size]
             given = {k: torch.from_numpy(train[k][index]).to(device) for k in targets}
-            loss = model(**batch(train, index), **given).loss
+            inputs = batch(train, index)
+            out = model(**inputs, **given)
+            loss = out.loss
+            if qa and args.peer_masked_loss:
+                # Ours' QA loss: the same cross-entropies with padded positions out of the softmax.
+                from bert_core.model.modeling import qa_loss_logits
+
+                loss = sum(torch.nn.functional.cross_entropy(qa_loss_logits(getattr(out, o), inputs["attention_mask"]),
+                                                             given[t]) for o, t in zip(outputs, targets)) / 2
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
@@ -346,6 +354,12 @@ def main() -> None:
     p.add_argument("--same-head-init", action="store_true",
                    help="start the peer's new head from the weights ours draws (with --dropout 0 the two runs then "
                    "differ only in their training code: a paired comparison)")
+    p.add_argument("--peer-masked-loss", action="store_true",
+                   help="SQuAD: train the peer with ours' QA loss (padded positions out of the start/end softmax) "
+                   "instead of transformers' own: a control for that deliberate difference")
+    p.add_argument("--ours-peer-warmup", action="store_true",
+                   help="run ours with transformers' warmup (the first update at learning rate 0: step / warmup) "
+                   "instead of ours' (step + 1) / warmup: a control for that deliberate difference")
     p.add_argument("--seed", type=int, default=2, help="seed of the head's initial weights and data order (2)")
     p.add_argument("--language", help="XNLI: rows of this language in the original multi-language files")
     p.add_argument("--peer", choices=["transformers", "none"], default="transformers",
@@ -381,6 +395,13 @@ def main() -> None:
                      "dev_questions": args.synthetic_dev_questions, "seed": args.synthetic_seed}
     if not args.data_dir:
         raise SystemExit("--data-dir is required (or, for SQuAD, --synthetic-train-questions)")
+    if args.ours_peer_warmup:
+        import bert_core.train.optim as optim
+
+        ours_warmup = optim.warmup_linear
+        # build_scheduler looks warmup_linear up at every step, so this process's runs of ours use it.
+        optim.warmup_linear = lambda step, total, warmup: step / warmup if step < warmup else ours_warmup(
+            step, total, warmup)
     if args.dropout is not None:
         args.model = with_dropout(args.model, args.dropout, work)
     machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
