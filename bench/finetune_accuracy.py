@@ -395,6 +395,8 @@ def main() -> None:
                      "dev_questions": args.synthetic_dev_questions, "seed": args.synthetic_seed}
     if not args.data_dir:
         raise SystemExit("--data-dir is required (or, for SQuAD, --synthetic-train-questions)")
+    if args.peer_masked_loss and not is_squad(args):
+        raise SystemExit("--peer-masked-loss is for --task squad (the QA loss); classification has no padded positions in its loss")
     if args.ours_peer_warmup:
         import bert_core.train.optim as optim
 
