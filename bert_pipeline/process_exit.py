@@ -31,10 +31,13 @@ def _flush() -> None:
             pass
 
 
-def exit_process(status: int) -> None:
-    """Shut down as Python would (threads, atexit handlers), then leave with `status`, skipping teardown."""
+def exit_process(status: int, join_threads: bool = True) -> None:
+    """Shut down as Python would (threads, atexit handlers), then leave with `status`, skipping teardown.
+
+    join_threads=False leaves without waiting for non-daemon threads (the test harness: a thread a test
+    left behind must not hang the run)."""
     _flush()
-    for thread in threading.enumerate():
+    for thread in threading.enumerate() if join_threads else ():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()
     try:

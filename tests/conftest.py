@@ -53,7 +53,6 @@ def _isolated_caches(tmp_path_factory, monkeypatch):
 # while the other idles (seconds on this 2-core machine, alone; the rest take a few seconds each).
 LONG_FIRST = (
     "tests/test_stack_ui.py",  # ~250 s + REST runs: `stack up`, bert_demo from the UI, both DAGs' forms and confs
-    "tests/bert_core/pretrain/test_convergence.py",  # ~150 s: real-text pretraining learns
     "tests/test_demo.py",  # ~75 s
     "tests/bert_core/launch/test_ray_pretrain.py",  # ~75 s
     "tests/bert_core/deploy/test_export.py",  # ~70 s
@@ -62,6 +61,7 @@ LONG_FIRST = (
     "tests/test_serving_http.py",  # ~50 s: mlflow models serve
     "tests/bert_core/launch/test_ray_tune.py",  # ~50 s
     "tests/pipelines/test_nightly.py",  # ~35 s
+    "tests/bert_core/pretrain/test_convergence.py",  # ~30 s: real-text pretraining learns
     "tests/pipelines/test_nightly_installed.py",  # ~20 s: a wheel in a fresh venv
     "tests/bert_core/launch/test_ray_job_submit.py",
     "tests/bert_core/finetune/test_finetune_ray.py",
@@ -85,25 +85,18 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
-    """Leave with pytest's exit status once it has reported everything, skipping the interpreter's teardown.
+    """Leave with pytest's exit status once it has reported everything, the way the CLI leaves
+    (bert_pipeline.process_exit: atexit handlers run, the interpreter's teardown is skipped).
 
     One full run in six (2026-11-23) printed "548 passed" and then died with a segmentation fault in that
     teardown (after pytest's faulthandler is gone, so no traceback): the process holds Ray's core worker,
     gRPC, torch and ONNX Runtime thread pools, whose destructors race at exit. The root cause is not
-    found; this keeps a green run green and a red run red, and shuts Ray down explicitly first so its
-    local processes do not outlive the run."""
+    found; this keeps a green run green and a red run red. The atexit handlers still run: Ray's shutdown
+    (its local processes must not outlive the run) and the session's temp-dir removal (each run's Airflow
+    home is ~200 MB)."""
     status = config.stash.get(_EXIT_STATUS, None)
     if status is None:  # --help, --collect-only errors and the like: the normal path
         return
-    try:
-        import ray
+    from bert_pipeline.process_exit import exit_process
 
-        if ray.is_initialized():
-            ray.shutdown()
-    except Exception:  # noqa: BLE001  (best effort: the exit below must happen)
-        pass
-    import sys
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    exit_process(status, join_threads=False)
