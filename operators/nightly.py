@@ -127,7 +127,6 @@ def evaluate_version(spec: dict[str, Any], work: str) -> dict[str, Any]:
     from bert_core.io import manifest, storage
     from operators import registry
 
-    model_dir = registry.download_model_dir(spec["name"], spec["version"])
     client = registry._client(None)
     output = client.get_model_version(spec["name"], spec["version"]).tags.get("output")
     settings: dict[str, Any] = {}
@@ -137,7 +136,8 @@ def evaluate_version(spec: dict[str, Any], work: str) -> dict[str, Any]:
         except (FileNotFoundError, OSError, ValueError):  # the training output is gone: the task's defaults
             log.warning("%s v%s: no finetune manifest at %s; evaluating with default settings",
                         spec["name"], spec["version"], output)
-    with tempfile.TemporaryDirectory(prefix="bert-nightly-eval-") as scratch:
+    with (registry.downloaded_model_dir(f"models:/{spec['name']}/{spec['version']}") as model_dir,
+          tempfile.TemporaryDirectory(prefix="bert-nightly-eval-") as scratch):
         metrics = evaluate_model(model_dir, spec["task"], spec["data_dir"], settings,
                                  out_dir=scratch)
         target = storage.join(work, "evaluations", f"{spec['name']}-v{spec['version']}")

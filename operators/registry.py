@@ -10,9 +10,12 @@ small JSON-able report (also written to a file when asked).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -232,8 +235,11 @@ def serving_check(name: str, version: str) -> dict[str, Any]:
     from bert_core.deploy.mlflow_model import check_served
 
     try:
-        model = mlflow.pyfunc.load_model(f"models:/{name}/{version}")
-        examples, problems = check_served(model)
+        # Loaded from a download of our own, removed afterwards: MLflow's default is a temp dir it never
+        # deletes, a copy of the model per promotion in a long-lived worker's /tmp.
+        with tempfile.TemporaryDirectory(prefix="bert-serving-check-") as copy:
+            model = mlflow.pyfunc.load_model(f"models:/{name}/{version}", dst_path=copy)
+            examples, problems = check_served(model)
     except Exception as exc:  # noqa: BLE001 - any failure to load or answer is the finding itself
         log.exception("%s version %s: the registered model could not be loaded or run", name, version)
         return {"examples": 0, "problems": [f"loading or running it failed: {type(exc).__name__}: {exc}"]}
@@ -242,21 +248,23 @@ def serving_check(name: str, version: str) -> dict[str, Any]:
     return {"examples": examples, "problems": problems}
 
 
-def download_model_dir(name: str, version: str, tracking_uri: str | None = None) -> Path:
-    """A local copy of the model directory (config.json, weights, vocab.txt) of a registered version."""
-    return model_dir_from_uri(f"models:/{name}/{version}", tracking_uri)
+@contextlib.contextmanager
+def downloaded_model_dir(uri: str, tracking_uri: str | None = None) -> Iterator[Path]:
+    """A temporary local copy of the model directory (config.json, weights, vocab.txt) behind an MLflow
+    model URI (models:/NAME/VERSION, models:/NAME@ALIAS, runs:/RUN_ID/model), removed on leaving."""
+    with tempfile.TemporaryDirectory(prefix="bert-model-download-") as dst:
+        yield model_dir_from_uri(uri, dst, tracking_uri)
 
 
-def model_dir_from_uri(uri: str, tracking_uri: str | None = None) -> Path:
-    """A local copy of the model directory behind an MLflow model URI (models:/NAME/VERSION,
-    models:/NAME@ALIAS, runs:/RUN_ID/model)."""
+def model_dir_from_uri(uri: str, dst: str, tracking_uri: str | None = None) -> Path:
+    """The model directory behind an MLflow model URI, downloaded under `dst`."""
     import mlflow
 
     from bert_core.errors import BertPipelineError
 
     _client(tracking_uri)
     try:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=dst))
     except mlflow.exceptions.MlflowException as exc:
         raise BertPipelineError(f"{uri}: {exc.message}") from None
     configs = sorted(local.rglob("config.json"), key=lambda p: len(p.parts))

@@ -41,6 +41,9 @@ class LocalStack:
     airflow_port: int
     ray_dashboard_port: int
     ray_gcs_port: int
+    # TMPDIR of the services and of the tasks and Ray workers they start, so that what they leave there is
+    # seen. Short: Ray's socket paths under it (its temp dir is TMPDIR/bert-ray-...) must stay < 108 bytes.
+    tmp: Path
 
     @property
     def mlflow_url(self) -> str:
@@ -81,7 +84,8 @@ class LocalStack:
         """Run `bert-pipeline stack ARGS --home HOME` in a child process (as a person would, so the services
         are not children of the test process)."""
         return subprocess.run([sys.executable, "-m", "bert_pipeline.cli", "stack", *args, "--home", str(self.home)],
-                              env=service_env(), capture_output=True, text=True, timeout=timeout)
+                              env={**service_env(), "TMPDIR": str(self.tmp)}, capture_output=True, text=True,
+                              timeout=timeout)
 
     def log_tails(self, lines: int = 30) -> str:
         """The last lines of each service log, for a failure message."""
@@ -117,11 +121,11 @@ class _Cache:
 _CACHE = _Cache()
 
 
-def start_stack(root: Path) -> LocalStack:
+def start_stack(root: Path, tmp: Path) -> LocalStack:
     """`stack up` in root/home on free ports; fails the test with the service logs when it does not come up."""
     mlflow, airflow, dashboard, gcs = _free_ports(4)
     stack = LocalStack(home=root / "home", mlflow_port=mlflow, airflow_port=airflow, ray_dashboard_port=dashboard,
-                       ray_gcs_port=gcs)
+                       ray_gcs_port=gcs, tmp=tmp)
     try:
         result = stack.cli("up", "--mlflow-port", str(mlflow), "--airflow-port", str(airflow),
                            "--ray-dashboard-port", str(dashboard), "--ray-port", str(gcs))
@@ -155,12 +159,14 @@ def local_stack() -> Iterator[LocalStack]:
         return
     # Not pytest's tmp_path: Airflow's and MLflow's paths appear in URLs and logs; a short root reads better.
     root = Path(tempfile.mkdtemp(prefix="bert-stack-"))
+    tmp = Path(tempfile.mkdtemp(prefix="bt", dir="/tmp"))
     keep = bool(os.environ.get("BERT_PIPELINE_STACK_KEEP"))
     try:
-        _CACHE.stack = start_stack(root)
+        _CACHE.stack = start_stack(root, tmp)
     except BaseException:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     try:
         yield _CACHE.stack
@@ -169,4 +175,5 @@ def local_stack() -> Iterator[LocalStack]:
         result = stop_stack(stack)
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
         assert result.returncode == 0, f"`stack down` failed:\n{result.stdout}\n{result.stderr}"

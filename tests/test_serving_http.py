@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -85,6 +86,11 @@ def test_champions_serve_raw_text_over_http(tmp_path, monkeypatch):
     monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     # As in an activated venv: mlflow starts `uvicorn` from PATH.
+    # Temp files of this test's processes (and of promotion, in this one) go to a folder of its own:
+    # downloads of registered models must not be left there.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     tiny = write_tiny_bert(tmp_path / "tiny")
@@ -105,7 +111,9 @@ def test_champions_serve_raw_text_over_http(tmp_path, monkeypatch):
         assert status == 200, body
         served = body["predictions"]
         assert [set(a) for a in served] == [{"label", "probabilities"}] * 3
-        assert served == _predict_cli("models:/bert-sst-2@champion", sentences, tmp_path, env)
+        assert served == _predict_cli("models:/bert-sst-2@champion", sentences, tmp_path,
+                                      {**env, "TMPDIR": str(scratch)})
+        assert not [p.name for p in scratch.iterdir() if p.name.startswith(("tmp", "bert-"))]
         assert served == _predict_cli(str(tmp_path / "ft-sst-2"), sentences, tmp_path, env)
 
         status, body = _post(f"{server.url}/invocations", {"dataframe_records": [{"sentence": "no text field"}]})

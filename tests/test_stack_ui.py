@@ -222,6 +222,10 @@ def test_trigger_bert_demo_from_the_airflow_ui(local_stack, browser):
                                 timeout=30) as response:
         registered = {m["name"] for m in json.loads(response.read()).get("registered_models", [])}
     assert {m["name"] for m in summary["models"]} <= registered
+    # Promotion loaded the registered fine-tuned models from the server (a download) and removed that copy.
+    checked = [m["name"] for m in summary["models"] if (m.get("serving_check") or {}).get("examples")]
+    assert {"bert-sst-2", "bert-squad"} <= set(checked), summary["models"]
+    assert not [str(p) for p in local_stack.tmp.rglob("MLmodel")]
     # ... and pretraining ran on the stack's Ray head: the task process joined it as a Ray driver.
     with urllib.request.urlopen(f"{local_stack.ray_dashboard_url}/api/jobs/", timeout=30) as response:
         jobs = json.loads(response.read())

@@ -13,8 +13,10 @@ Two inputs, two models:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from bert_pipeline.commands.config_flags import add_config_arguments, config_from_args
@@ -70,17 +72,22 @@ def read_requests(path: str) -> list[dict]:
     return [r for _, r in lines]
 
 
-def _model_dir(model: str) -> str:
-    """A local model directory for a directory, an s3:// URI or zoo name, or an MLflow model URI."""
+@contextlib.contextmanager
+def _model_dir(model: str) -> Iterator[str]:
+    """A local model directory for a directory, an s3:// URI or zoo name, or an MLflow model URI (a
+    download removed when the command is done)."""
     if model.startswith(("models:/", "runs:/")):
-        from operators.registry import model_dir_from_uri
+        from operators.registry import downloaded_model_dir
 
-        return str(model_dir_from_uri(model))
+        with downloaded_model_dir(model) as local:
+            yield str(local)
+        return
     if Path(model).is_dir():
-        return model
+        yield model
+        return
     from bert_core.model.weights import resolve_model_dir
 
-    return str(resolve_model_dir(model))
+    yield str(resolve_model_dir(model))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,13 +98,13 @@ def run(args: argparse.Namespace) -> int:
     if args.model is not None:
         from bert_core.deploy.serving import InvalidRequest, TaskPredictor
 
-        predictor = TaskPredictor.from_model_dir(_model_dir(args.model), batch_size=args.batch_size,
-                                                 export_dir=args.export)
         requests = read_requests(args.input)
-        try:
-            answers = predictor.predict(requests)
-        except InvalidRequest as exc:
-            raise BertPipelineError(f"{args.input}: {exc}") from None
+        with _model_dir(args.model) as model_dir:
+            predictor = TaskPredictor.from_model_dir(model_dir, batch_size=args.batch_size, export_dir=args.export)
+            try:
+                answers = predictor.predict(requests)
+            except InvalidRequest as exc:
+                raise BertPipelineError(f"{args.input}: {exc}") from None
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
