@@ -10,11 +10,13 @@ input order (as its documentation calls it) shows what padding costs a dense mod
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import platform
 import random
 import shlex
+import shutil
 import statistics
 import sys
 import tempfile
@@ -83,7 +85,8 @@ def _onnx_runner(model_dir: str, lengths: list[int]):
     """Static-shape ONNX exports (dynamic batch) of the encoder, one per sequence length."""
     from bert_core.deploy.export import ExportConfig, ExportedModel, export
 
-    root = Path(tempfile.mkdtemp())
+    root = Path(tempfile.mkdtemp(prefix="bench-embedding-onnx-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)  # the sessions read it until the run ends
     runners = {}
     for length in lengths:
         export(ExportConfig(task="regression", output=str(root / str(length)), model=model_dir, seq_length=length,

@@ -130,7 +130,7 @@ def test_mlflow_pyfunc_signature_example_and_errors(models, tmp_path, monkeypatc
     tracker = MlflowTracker("bert-finetune/squad", pyfunc=pyfunc_spec)
     tracker.log_model_dir(models["squad"] / "model")
     tracker.end()
-    model = mlflow.pyfunc.load_model(f"runs:/{tracker.run_id}/model")
+    model = mlflow.pyfunc.load_model(f"runs:/{tracker.run_id}/model", dst_path=str(tmp_path / "downloaded"))
     inputs = model.metadata.get_input_schema()
     assert inputs.input_names() == ["question", "context"]
     assert set(model.metadata.get_output_schema().input_names()) == {"answer", "start", "end", "score"}

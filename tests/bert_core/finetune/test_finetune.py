@@ -218,7 +218,8 @@ def test_mlflow_run_holds_params_epoch_metrics_and_prediction_files(tiny_bert, t
     assert artifacts(run.info.run_id, "predictions") == {"predictions/dev_predictions.tsv",
                                                          "predictions/test_predictions.tsv", "predictions/scored.json"}
     local = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="predictions",
-                                                     tracking_uri=f"sqlite:///{home / 'mlflow.db'}"))
+                                                     tracking_uri=f"sqlite:///{home / 'mlflow.db'}",
+                                                     dst_path=str(tmp_path / "downloaded")))
     for name in ("dev_predictions.tsv", "test_predictions.tsv"):
         assert (local / name).read_text() == (out / name).read_text()
     assert mlflow.search_logged_models(experiment_ids=[run.info.experiment_id], output_format="list")
