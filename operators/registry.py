@@ -101,26 +101,30 @@ def register(run_id: str, name: str, metrics: dict[str, float] | None = None, ta
 
 def register_model_dir(model_dir: str | Path, name: str, metrics: dict[str, float] | None = None,
                        tags: dict[str, str] | None = None, export_dir: str | Path | None = None,
-                       experiment: str = "bert-export", tracking_uri: str | None = None) -> dict[str, Any]:
-    """Log a model directory (with `export_dir`: served through that export's graph) in a new run of
-    `experiment` and register it as a new version of `name`; promotion then checks that this artifact answers
-    the model's scored dev examples as they were scored (check_examples.json), as for any version."""
+                       experiment: str = "bert-export", tracking_uri: str | None = None,
+                       quantized: bool = False) -> dict[str, Any]:
+    """Log a model directory (with `export_dir`: served through that export's graph; with `quantized`, its
+    INT8 graph) in a new run of `experiment` and register it as a new version of `name`; promotion then
+    checks that this artifact answers the model's check examples as they were scored (check_examples.json;
+    for INT8, the graph's own answers recorded when it was logged), as for any version."""
     import functools
 
     from bert_core.deploy.mlflow_model import pyfunc_spec
     from bert_core.io.tracking import MlflowTracker, ensure_experiment
 
     ensure_experiment(experiment, tracking_uri)
-    tracker = MlflowTracker(experiment, tracking_uri, pyfunc=functools.partial(pyfunc_spec, export_dir=export_dir))
+    tracker = MlflowTracker(experiment, tracking_uri,
+                            pyfunc=functools.partial(pyfunc_spec, export_dir=export_dir, quantized=quantized))
+    served_by = ("onnxruntime-int8" if quantized else "onnxruntime") if export_dir else "pytorch"
     try:
-        tracker.set_tags({"model_dir": str(model_dir), "served_by": "onnxruntime" if export_dir else "pytorch",
+        tracker.set_tags({"model_dir": str(model_dir), "served_by": served_by,
                           **({"export_dir": str(export_dir)} if export_dir else {})})
         tracker.log_model_dir(model_dir)
     except BaseException:
         tracker.end("FAILED")
         raise
     tracker.end()
-    all_tags = {"served_by": "onnxruntime" if export_dir else "pytorch", **(tags or {})}
+    all_tags = {"served_by": served_by, **(tags or {})}
     return register(tracker.run_id, name, metrics, tags=all_tags, tracking_uri=tracking_uri)
 
 

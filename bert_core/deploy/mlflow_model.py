@@ -36,9 +36,14 @@ def _pyfunc_class() -> type:
                 from bert_core.deploy.serving import TaskPredictor
 
                 self.model_dir = context.artifacts["model_dir"]
-                # An export's graph (ONNX Runtime) when one was logged with the model, else eager PyTorch.
+                served = context.model_config or {}
+                # An export's graph (ONNX Runtime) when one was logged with the model, else eager PyTorch;
+                # its INT8 graph when logged to serve that.
                 self.predictor = TaskPredictor.from_model_dir(self.model_dir,
-                                                              export_dir=context.artifacts.get("export_dir"))
+                                                              export_dir=context.artifacts.get("export_dir"),
+                                                              quantized=bool(served.get("quantized")))
+                # What promotion compares the served answers with (None: the model's check_examples.json).
+                self.checks = served.get("checks")
 
             def predict(self, context, model_input, params=None) -> list[dict[str, Any]]:
                 from mlflow.exceptions import MlflowException
@@ -78,7 +83,7 @@ def check_served(pyfunc_model) -> tuple[int, list[str]]:
     if not hasattr(model, "predictor"):
         return 0, [f"the registered model is a {type(model).__name__}, not bert-pipeline's task pyfunc: it cannot "
                    "answer text (logged before serving existed?)"]
-    checks = task_card.read_checks(model.model_dir)
+    checks = getattr(model, "checks", None) or task_card.read_checks(model.model_dir)
     if not checks:
         example = model.predictor.input_example()
         answers = pyfunc_model.predict(example)
@@ -105,17 +110,22 @@ def _input_schema(predictor):
                    if name != "text_pair" or predictor.kind in ("classification", "regression")])
 
 
-def pyfunc_spec(model_dir: str | Path, export_dir: str | Path | None = None) -> dict[str, Any]:
+def pyfunc_spec(model_dir: str | Path, export_dir: str | Path | None = None, quantized: bool = False) -> dict[str, Any]:
     """Keyword arguments for mlflow.pyfunc.log_model: the task pyfunc, the directory as its artifact, the
     signature (input fields of the task; outputs inferred from a real answer of this very model to the
     input example, which also proves the directory loads and answers before it is logged).
 
     export_dir: an export of the same model (`bert-pipeline export`, best with --dynamic-batch --dynamic-seq),
-    logged beside it; the served model then runs that graph on ONNX Runtime instead of eager PyTorch."""
+    logged beside it; the served model then runs that graph on ONNX Runtime instead of eager PyTorch.
+    quantized: it runs the export's INT8 graph. INT8 answers differ a little from the scored fp32/PyTorch
+    ones (activations are quantised per batch at run time), so the answers promotion checks the served
+    artifact against are the INT8 graph's own to the model's check examples, computed here and logged in
+    the model's config; the metrics to register are the export's INT8 evaluation."""
     import pandas as pd
     from mlflow.models import ModelSignature, infer_signature
 
     from bert_core.deploy.serving import TaskPredictor
+    from bert_core.finetune import task_card
 
     artifacts = {"model_dir": str(model_dir)}
     if export_dir is not None:
@@ -126,7 +136,12 @@ def pyfunc_spec(model_dir: str | Path, export_dir: str | Path | None = None) -> 
         # and promotion, which loads it, refuses it.
         log.warning("%s has no vocab.txt: the logged model cannot tokenize text, so it cannot be served", model_dir)
         return spec
-    predictor = TaskPredictor.from_model_dir(model_dir, export_dir=export_dir)
+    predictor = TaskPredictor.from_model_dir(model_dir, export_dir=export_dir, quantized=quantized)
+    if quantized:
+        checks = task_card.read_checks(model_dir)
+        answers = predictor.predict([c["input"] for c in checks]) if checks else []
+        spec["model_config"] = {"quantized": True,
+                                "checks": [{"input": c["input"], "expected": a} for c, a in zip(checks, answers)]}
     example = predictor.input_example()
     with warnings.catch_warnings():  # "integer columns cannot hold missing values": outputs, never inputs
         warnings.simplefilter("ignore", UserWarning)

@@ -122,10 +122,13 @@ class TaskPredictor:
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path, batch_size: int = 32, export_dir: str | Path | None = None,
-                       device: str = "cpu") -> TaskPredictor:
+                       device: str = "cpu", quantized: bool = False) -> TaskPredictor:
         """A fine-tuned model directory (`task.json` beside the weights; a finetune output dir works too: its
         `model/`) or a pretrained encoder (no card: sentence embeddings). `export_dir`: run that ONNX/pt2
-        export of the same model (`bert-pipeline export`) instead of eager PyTorch."""
+        export of the same model (`bert-pipeline export`) instead of eager PyTorch; `quantized`: its INT8
+        graph (`--quantize int8`)."""
+        if quantized and export_dir is None:
+            raise BertPipelineError("serving the INT8 graph needs an export (export_dir) made with --quantize int8")
         directory = Path(model_dir)
         if not (directory / "config.json").is_file() and (directory / "model" / "config.json").is_file():
             directory = directory / "model"
@@ -140,7 +143,7 @@ class TaskPredictor:
                                      device=device)
             return cls(EMBEDDING, tokenizer, None, batch_size=batch_size, embedder=embedder)
         if export_dir is not None:
-            runner = _ExportRunner(export_dir, card.kind)
+            runner = _ExportRunner(export_dir, card.kind, quantized)
             model_config = runner.config
         else:
             model = HEADS[card.kind].from_pretrained(str(directory)).eval().to(device)
@@ -261,15 +264,17 @@ class _TorchRunner:
 class _ExportRunner:
     """An export directory (bert-pipeline export) as a runner: its graph, fed padded batches."""
 
-    def __init__(self, export_dir: str | Path, kind: str):
+    def __init__(self, export_dir: str | Path, kind: str, quantized: bool = False):
         from bert_core.deploy.export import ExportedModel
         from bert_core.model.config import BertConfig
 
         self.model = ExportedModel(export_dir)
-        self.kind = kind
+        if quantized and not self.model.meta.get("quantized_graph"):
+            raise BertPipelineError(f"{export_dir}: the export has no INT8 graph (export it with --quantize int8)")
+        self.kind, self.quantized = kind, quantized
         self.config = BertConfig.from_json_file(str(Path(export_dir) / "config.json"))
         self.names = self.model.meta["outputs"]
 
     def __call__(self, input_ids, token_type_ids, attention_mask) -> dict[str, np.ndarray]:
-        result = self.model.run(input_ids, token_type_ids, attention_mask)
+        result = self.model.run(input_ids, token_type_ids, attention_mask, quantized=self.quantized)
         return dict(zip(self.names, result))

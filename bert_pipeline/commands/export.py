@@ -8,6 +8,10 @@ import json
 
 from bert_pipeline.commands.config_flags import add_config_arguments, config_from_args
 
+# Serving INT8 must not cost more than this on the task's main metric (in points: accuracy 0.01 = 1 point;
+# F1/EM are already in points): measured cost on SST-2 with MiniLM, 0.0 (docs/benchmarks-serving.md).
+INT8_MAX_DROP_POINTS = 1.0
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bert_core.deploy.export import ExportConfig
@@ -20,6 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "tags are the --eval-data evaluation's, else the fine-tuning run's dev metrics. Needs an "
                               "fp32 ONNX export of a model fine-tuned by bert-pipeline (its task.json), best with "
                               "--dynamic-batch --dynamic-seq")
+    serving.add_argument("--serve-int8", action="store_true",
+                         help="with --register: the registered model serves the INT8 graph (needs --quantize int8 "
+                              "and --eval-data). Its metric tags are the INT8 graph's evaluation, and it is refused "
+                              f"if that is more than {INT8_MAX_DROP_POINTS:g} point below the fp32 graph's on the "
+                              "task's main metric")
     serving.add_argument("--promote", action="store_true",
                          help="with --register: promote the new version to `champion` behind the usual gates, "
                               "including the check that the served graph answers the model's scored dev examples "
@@ -33,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(ExportConfig, args)
     if args.promote and not args.register:
         raise BertPipelineError("--promote needs --register NAME")
+    if args.serve_int8 and not (args.register and cfg.quantize == "int8" and cfg.eval_data):
+        raise BertPipelineError("--serve-int8 needs --register NAME, --quantize int8 and --eval-data (the INT8 "
+                                "graph's metrics are what is registered)")
     if args.register and (cfg.format != "onnx" or cfg.model is None):
         raise BertPipelineError("--register serves an ONNX export of a fine-tuned model: give --model and "
                                 "--format onnx")
@@ -43,16 +55,17 @@ def run(args: argparse.Namespace) -> int:
     if "evaluation" in result:
         report["evaluation"] = result["evaluation"]
     if args.register:
-        report["registry"] = _register(cfg, result, args.register, args.promote)
+        report["registry"] = _register(cfg, result, args.register, args.promote, args.serve_int8)
     print(json.dumps(report, indent=2))
     if "evaluation" in result:
         print(describe_evaluation(result["evaluation"]))
     return 0
 
 
-def _register(cfg, result: dict, name: str, promote: bool) -> dict:
-    """Register the export as a served version of `name`; its metrics: the export's evaluation, else the dev
-    metrics in the fine-tuning output's manifest (the model dir's parent)."""
+def _register(cfg, result: dict, name: str, promote: bool, int8: bool = False) -> dict:
+    """Register the export as a served version of `name`; its metrics: the export's evaluation (of the INT8
+    graph when it serves that), else the dev metrics in the fine-tuning output's manifest (the model dir's
+    parent)."""
     from pathlib import Path
 
     from bert_core.errors import BertPipelineError
@@ -65,7 +78,19 @@ def _register(cfg, result: dict, name: str, promote: bool) -> dict:
     if task_card.read_card(model_dir) is None:
         raise BertPipelineError(f"{cfg.model}: no task.json: --register needs a model fine-tuned by bert-pipeline "
                                 "(the card says how to read and answer requests)")
-    if "evaluation" in result:
+    if int8:
+        evaluation = result["evaluation"]
+        metric = evaluation["main_metric"]
+        drop = evaluation["fp32"][metric] - evaluation["int8"][metric]
+        scale = 1.0 if evaluation["task"] == "squad" else 100.0  # SQuAD's metrics are percentages, GLUE's fractions
+        if drop * scale > INT8_MAX_DROP_POINTS:
+            raise BertPipelineError(
+                f"--serve-int8: the INT8 graph scores {metric} {evaluation['int8'][metric]:.4f} on {cfg.eval_data}, "
+                f"{drop * scale:.2f} points under the fp32 graph's {evaluation['fp32'][metric]:.4f} (at most "
+                f"{INT8_MAX_DROP_POINTS:g} allowed); nothing was registered. Register the fp32 graph (leave out "
+                "--serve-int8)")
+        metrics, source = evaluation["int8"], "the export's INT8 evaluation on --eval-data"
+    elif "evaluation" in result:
         metrics, source = result["evaluation"]["fp32"], "the export's evaluation on --eval-data"
     else:
         try:
@@ -73,7 +98,7 @@ def _register(cfg, result: dict, name: str, promote: bool) -> dict:
         except (FileNotFoundError, BertPipelineError):
             raise BertPipelineError(f"{cfg.model}: no metrics to register it with: pass --eval-data (and "
                                     "--eval-task) or export from a fine-tuning output's model/") from None
-    registered = registry.register_model_dir(model_dir, name, metrics, export_dir=cfg.output,
+    registered = registry.register_model_dir(model_dir, name, metrics, export_dir=cfg.output, quantized=int8,
                                              tags={"metrics_from": source, "export": str(cfg.output)})
     if promote:
         return registry.promote(name, registered["version"])

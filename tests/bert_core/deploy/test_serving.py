@@ -2,6 +2,7 @@
 MLflow pyfunc built on it, and bad requests."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -179,6 +180,51 @@ def test_a_registered_export_serves_its_onnx_graph(models, tmp_path, monkeypatch
     eager = TaskPredictor.from_model_dir(models["sst-2"])
     requests = [{"text": "the garden was lovely ."}, {"text": " ".join(["superb"] * 300)}]
     assert [same_answer(a, b, 1e-4) for a, b in zip(eager(requests), model.predict(requests))] == [None, None]
+
+
+def test_a_registered_export_can_serve_its_int8_graph(models, tmp_path, monkeypatch, capsys):
+    """`export --quantize int8 --eval-data ... --register NAME --serve-int8 --promote`: the version runs the INT8
+    graph, is registered with the INT8 graph's evaluation, and promotion checks it against the INT8 graph's own
+    answers (which differ from the fp32 ones). Too large an INT8 loss refuses the registration."""
+    import mlflow
+
+    import bert_pipeline.commands.export as export_command
+    from bert_core.deploy.mlflow_model import check_served
+    from bert_pipeline.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)  # an earlier test in this process may have set another
+    model = str(models["sst-2"] / "model")
+    dev = str(models["sst-2"].parent / "sst2" / "dev.tsv")
+    base = ["export", "--task", "classification", "--model", model, "--dynamic-batch", "--dynamic-seq",
+            "--seq-length", "32", "--register", "bert-sst-2", "--serve-int8"]
+    assert main([*base, "--output", str(tmp_path / "fp32-only")]) == 2
+    assert "--serve-int8 needs --register NAME, --quantize int8 and --eval-data" in capsys.readouterr().err
+    assert not (tmp_path / "fp32-only").exists()
+    quantized = ["--quantize", "int8", "--eval-data", dev, "--eval-task", "SST-2"]
+    # The bar, set so that even no loss is too much: refused, and nothing registered.
+    monkeypatch.setattr(export_command, "INT8_MAX_DROP_POINTS", -1.0)
+    assert main([*base, *quantized, "--output", str(tmp_path / "refused")]) == 2
+    assert re.search(r"points under the fp32 graph's .* nothing was registered", capsys.readouterr().err)
+    assert not mlflow.MlflowClient(uri, registry_uri=uri).search_model_versions("name='bert-sst-2'")
+    # This tiny model on 12 dev rows: one flipped label is 8 points; the bar is not what is tested here.
+    monkeypatch.setattr(export_command, "INT8_MAX_DROP_POINTS", 100.0)
+    capsys.readouterr()
+    assert main([*base, *quantized, "--output", str(tmp_path / "int8"), "--promote"]) == 0
+    report = json.loads(capsys.readouterr().out.split("\n}\n")[0] + "\n}")
+    assert report["registry"]["promoted"] and report["registry"]["serving_check"] == {"examples": 8, "problems": []}
+    assert report["registry"]["candidate_metrics"] == report["evaluation"]["int8"]
+    served = mlflow.pyfunc.load_model("models:/bert-sst-2@champion", dst_path=str(tmp_path))
+    assert served.unwrap_python_model().predictor.runner.quantized
+    assert check_served(served) == (8, [])
+    requests = [{"text": "the garden was lovely ."}, {"text": "the film was dull and far too long ."}]
+    int8 = TaskPredictor.from_model_dir(model, export_dir=tmp_path / "int8", quantized=True)
+    fp32 = TaskPredictor.from_model_dir(model, export_dir=tmp_path / "int8")
+    answers = served.predict(requests)
+    assert [same_answer(a, b, 1e-6) for a, b in zip(int8(requests), answers)] == [None, None]
+    assert any(same_answer(a, b, 1e-6) for a, b in zip(fp32(requests), answers))  # it is not the fp32 graph
 
 
 def test_cli_processes_that_load_torch_and_onnx_runtime_always_exit_0(models, tmp_path):
