@@ -177,13 +177,15 @@ def fused_counts(path: Path) -> dict[str, int]:
 # --------------------------------------------------------------------------- runners
 
 
-def ort_runner(path: Path, threads: int):
+def ort_runner(path: Path, threads: int, spin: bool):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    if not spin:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     wanted = [i.name for i in session.get_inputs()]
 
@@ -192,11 +194,11 @@ def ort_runner(path: Path, threads: int):
     return run
 
 
-def export_runner(export_dir: Path, quantized: bool, threads: int):
+def export_runner(export_dir: Path, quantized: bool, threads: int, spin: bool):
     """What serving calls: ExportedModel.run (rows grouped by length, each group cut to its longest row)."""
     from bert_core.deploy.export import ExportedModel
 
-    model = ExportedModel(export_dir, threads=threads)
+    model = ExportedModel(export_dir, threads=threads, spin=spin)
     return lambda batch: model.run(*(batch[k] for k in NAMES), quantized=quantized)[0]
 
 
@@ -353,6 +355,12 @@ def main(argv: list[str] | None = None) -> dict:
                    help="Optimum's AutoOptimizationConfig level (O2: all exact fusions; O3 adds GELU approximation)")
     p.add_argument("--no-torch-onnx-peer", action="store_true",
                    help="leave out the transformers -> torch.onnx -> ORT optimizer peer")
+    p.add_argument("--ort-spin", action="store_true",
+                   help="let ONNX Runtime's idle threads spin-wait (its default). Off by default here: the "
+                        "implementations take turns batch by batch, and with more than one thread a spinning pool "
+                        "holds the cores into the next implementation's turn (measured with it, 2 threads: our eager "
+                        "PyTorch at batch 1 ran at 9 sentences/s, against 66 on 1 thread; with 1 thread there is "
+                        "no idle pool thread to spin)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out-json", type=Path, default=Path("bench-results/serving_latency.json"),
                    help="rows, settings, graph details and machine")
@@ -366,19 +374,19 @@ def main(argv: list[str] | None = None) -> dict:
     export_dir, meta = export_ours(model_dir, args)
     graphs: dict[str, dict] = {OURS_FP32: {"export.json": meta}}
     runners = {OURS_EAGER: eager_runner(model_dir),
-               OURS_FP32: export_runner(export_dir, False, args.threads),
-               OURS_INT8: export_runner(export_dir, True, args.threads),
-               OURS_FP32_GRAPH: ort_runner(export_dir / meta["graph"], args.threads),
-               OURS_INT8_GRAPH: ort_runner(export_dir / meta["quantized_graph"], args.threads)}
+               OURS_FP32: export_runner(export_dir, False, args.threads, args.ort_spin),
+               OURS_INT8: export_runner(export_dir, True, args.threads, args.ort_spin),
+               OURS_FP32_GRAPH: ort_runner(export_dir / meta["graph"], args.threads, args.ort_spin),
+               OURS_INT8_GRAPH: ort_runner(export_dir / meta["quantized_graph"], args.threads, args.ort_spin)}
     peer = None
     if args.optimum_python:
         path, info = export_optimum(model_dir, args)
-        runners[PEER_OPTIMUM] = ort_runner(path, args.threads)
+        runners[PEER_OPTIMUM] = ort_runner(path, args.threads, args.ort_spin)
         graphs[PEER_OPTIMUM] = info
         peer = PEER_OPTIMUM
     if not args.no_torch_onnx_peer:
         path, info = export_torch_onnx(model_dir, args)
-        runners[PEER_TORCH_ONNX] = ort_runner(path, args.threads)
+        runners[PEER_TORCH_ONNX] = ort_runner(path, args.threads, args.ort_spin)
         graphs[PEER_TORCH_ONNX] = info
         peer = peer or PEER_TORCH_ONNX
 

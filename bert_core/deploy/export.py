@@ -503,10 +503,14 @@ def _length_groups(lengths: np.ndarray, waste: float = 0.1, max_rows: int = _MAX
 class ExportedModel:
     """Runs an export directory's graph: ONNX Runtime for .onnx, torch for .pt2."""
 
-    def __init__(self, directory: str | Path, meta: dict | None = None, threads: int | None = None):
-        """threads: ONNX Runtime's intra-op threads (default: its own choice, one per physical core)."""
+    def __init__(self, directory: str | Path, meta: dict | None = None, threads: int | None = None,
+                 spin: bool = True):
+        """threads: ONNX Runtime's intra-op threads (default: its own choice, one per physical core). spin=False:
+        its idle threads sleep instead of spin-waiting for the next call (ONNX Runtime's default spins, which
+        holds the cores a while after each call: lower latency for a server, CPU taken from anything else)."""
         self.directory = Path(directory)
         self.threads = threads
+        self.spin = spin
         if meta is None:
             try:
                 meta = json.loads((self.directory / "export.json").read_text())
@@ -529,6 +533,8 @@ class ExportedModel:
                 options.log_severity_level = 3
                 if self.threads:
                     options.intra_op_num_threads = self.threads
+                if not self.spin:
+                    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 self._sessions[quantized] = ort.InferenceSession(str(self.directory / name), options,
                                                                  providers=["CPUExecutionProvider"])
         return self._sessions[quantized]

@@ -83,6 +83,7 @@ def _trained_classifier(minilm_dir, tmp_path):
     labels = torch.tensor([int(y) for _, y in train])
     opt = torch.optim.Adam(model.classifier.parameters(), lr=5e-2)
     model.eval()  # no dropout: the head learns a fixed function of frozen features
+    model.bert.requires_grad_(False)  # frozen: no backward through the encoder
     for _ in range(60):
         out = model(torch.from_numpy(enc["input_ids"]), torch.from_numpy(enc["token_type_ids"]),
                     torch.from_numpy(enc["attention_mask"]), labels=labels)
@@ -274,6 +275,13 @@ def test_dynamic_batch_and_seq_export_runs_any_shape_and_equals_pytorch(optimize
     assert sum(rows * width for rows, width in shapes) <= 1.25 * int(lengths.sum())  # not 6 x 64
     (as_given,) = runner.run(ids.numpy(), types.numpy(), mask.numpy(), group_by_length=False)
     assert shapes[-1] == (6, 64) and np.abs(grouped - as_given).max() < 1e-5
+    # Idle threads that sleep instead of spin-waiting: the same answers, the setting reaches the session.
+    quiet = ExportedModel(out, threads=2, spin=False)
+    (slept,) = quiet.run(ids.numpy(), types.numpy(), mask.numpy())
+    assert np.abs(slept - grouped).max() < 1e-5
+    options = quiet._session(False).get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert options.intra_op_num_threads == 2
 
 
 def test_optimized_graph_is_fused_and_equals_pytorch_for_any_mask(tmp_path):
