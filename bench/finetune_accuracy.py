@@ -35,12 +35,14 @@ Prints a Markdown table (and writes it with --out-md) and writes the rows, setti
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import math
 import os
 import platform
 import re
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -367,7 +369,8 @@ def main() -> None:
                    "too (default) or not")
     p.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    p.add_argument("--work-dir", type=Path, help="keep the outputs here (default: a temporary directory)")
+    p.add_argument("--work-dir", type=Path, help="keep the outputs here (default: a temporary directory, removed at "
+                   "the end)")
     p.add_argument("--out-json", type=Path, help="write the results, settings and machine info here")
     p.add_argument("--out-md", type=Path, help="write the Markdown table here")
     args = p.parse_args()
@@ -380,7 +383,10 @@ def main() -> None:
     if task.kind not in ("classification", "squad"):
         raise SystemExit(f"{args.task}: this benchmark runs the GLUE/XNLI classification tasks and SQuAD (not "
                          "STS-B or NER: their majority-class baseline is undefined)")
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix="finetune-accuracy-"))
+    work = args.work_dir
+    if work is None:
+        work = Path(tempfile.mkdtemp(prefix="finetune-accuracy-"))
+        atexit.register(shutil.rmtree, work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     synthetic = None
     if args.synthetic_train_questions:

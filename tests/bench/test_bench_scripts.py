@@ -92,7 +92,7 @@ def test_finetune_accuracy(tmp_path):
     data = toy_tasks.write_sst2(tmp_path / "sst2")
     result = run_bench("finetune_accuracy.py", "--task", "SST-2", "--data-dir", str(data), "--max-train-examples",
                        "16", "--epochs", "1", "--batch-size", "8", "--max-len", "24", "--out-md", str(tmp_path / "f.md"),
-                       out=tmp_path / "finetune.json")
+                       "--work-dir", str(tmp_path / "work"), out=tmp_path / "finetune.json")
     assert result["task"] == "sst-2" and result["main_metric"] == "accuracy"
     for peer in ("ours", "transformers"):
         assert 0 <= result[peer]["metrics"]["accuracy"] <= 1 and result[peer]["seconds"] > 0
