@@ -31,11 +31,16 @@ def _flush() -> None:
             pass
 
 
-def exit_process(status: int, join_threads: bool = True) -> None:
+def exit_process(status: int, join_threads: bool = True, deadline_s: float | None = None) -> None:
     """Shut down as Python would (threads, atexit handlers), then leave with `status`, skipping teardown.
 
-    join_threads=False leaves without waiting for non-daemon threads (the test harness: a thread a test
-    left behind must not hang the run)."""
+    join_threads=False leaves without waiting for non-daemon threads, and deadline_s bounds the whole
+    shutdown (the process leaves with `status` when it is over): the test harness, where a thread or child
+    process a test left behind must not hang the run."""
+    if deadline_s is not None:
+        timer = threading.Timer(deadline_s, lambda: (_flush(), os._exit(status)))
+        timer.daemon = True
+        timer.start()
     _flush()
     for thread in threading.enumerate() if join_threads else ():
         if thread is not threading.main_thread() and not thread.daemon:

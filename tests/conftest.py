@@ -93,10 +93,10 @@ def pytest_unconfigure(config):
     gRPC, torch and ONNX Runtime thread pools, whose destructors race at exit. The root cause is not
     found; this keeps a green run green and a red run red. The atexit handlers still run: Ray's shutdown
     (its local processes must not outlive the run) and the session's temp-dir removal (each run's Airflow
-    home is ~200 MB)."""
+    home is ~200 MB), within 120 s: a handler that hangs on something a test left behind cannot hang CI."""
     status = config.stash.get(_EXIT_STATUS, None)
     if status is None:  # --help, --collect-only errors and the like: the normal path
         return
     from bert_pipeline.process_exit import exit_process
 
-    exit_process(status, join_threads=False)
+    exit_process(status, join_threads=False, deadline_s=120)

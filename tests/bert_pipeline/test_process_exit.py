@@ -64,3 +64,13 @@ def test_without_joining_a_stuck_thread_the_atexit_handlers_still_run(tmp_path):
     done = subprocess.run([sys.executable, "-c", program, str(marks)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 5, done.stderr
     assert marks.read_text() == "atexit"
+
+
+def test_a_hanging_atexit_handler_is_cut_off_at_the_deadline(tmp_path):
+    program = (
+        "import atexit, threading\n"
+        "from bert_pipeline.process_exit import exit_process\n"
+        "atexit.register(threading.Event().wait)\n"  # never returns
+        "exit_process(6, join_threads=False, deadline_s=1)\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 6, done.stderr
