@@ -178,15 +178,12 @@ def fused_counts(path: Path) -> dict[str, int]:
 
 
 def ort_runner(path: Path, threads: int, spin: bool):
+    """A bare graph, with the session options our export runs with."""
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    if not spin:
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    from bert_core.deploy.export import session_options
+
+    session = ort.InferenceSession(str(path), session_options(threads, spin), providers=["CPUExecutionProvider"])
     wanted = [i.name for i in session.get_inputs()]
 
     def run(batch: dict[str, np.ndarray]) -> np.ndarray:

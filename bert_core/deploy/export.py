@@ -500,6 +500,20 @@ def _length_groups(lengths: np.ndarray, waste: float = 0.1, max_rows: int = _MAX
     return groups
 
 
+def session_options(threads: int | None = None, spin: bool = True):
+    """ONNX Runtime session options for an export's graph: `threads` intra-op threads (None: its own choice),
+    idle threads spin-waiting (its default) or sleeping (spin=False); warnings only."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
+    if not spin:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
 class ExportedModel:
     """Runs an export directory's graph: ONNX Runtime for .onnx, torch for .pt2."""
 
@@ -529,12 +543,7 @@ class ExportedModel:
                 name = self.meta["quantized_graph"] if quantized else self.meta["graph"]
                 if name is None:
                     raise BertPipelineError(f"{self.directory}: this export has no quantised graph")
-                options = ort.SessionOptions()
-                options.log_severity_level = 3
-                if self.threads:
-                    options.intra_op_num_threads = self.threads
-                if not self.spin:
-                    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                options = session_options(self.threads, self.spin)
                 self._sessions[quantized] = ort.InferenceSession(str(self.directory / name), options,
                                                                  providers=["CPUExecutionProvider"])
         return self._sessions[quantized]
