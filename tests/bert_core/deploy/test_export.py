@@ -2,12 +2,13 @@
 
 import json
 import random
+import threading
 
 import numpy as np
 import pytest
 import torch
 
-from bert_core.deploy.export import ExportConfig, ExportedModel, export
+from bert_core.deploy.export import ExportConfig, ExportedModel, _groups_balance, export
 from bert_core.errors import BertPipelineError
 from bert_core.finetune.tasks import features as feats
 from bert_core.finetune.tasks.squad import make_features, postprocess, read_squad
@@ -269,7 +270,8 @@ def test_dynamic_batch_and_seq_export_runs_any_shape_and_equals_pytorch(optimize
     mask = (torch.arange(64)[None, :] < lengths[:, None]).long()
     shapes = []
     forward = runner._forward
-    runner._forward = lambda parts, quantized: shapes.append(parts[0].shape) or forward(parts, quantized)
+    runner._forward = lambda parts, quantized, single_thread=False: (
+        shapes.append(parts[0].shape) or forward(parts, quantized, single_thread))
     (grouped,) = runner.run(ids.numpy(), types.numpy(), mask.numpy())
     assert sum(rows for rows, _ in shapes) == 6 and len(shapes) > 1
     assert sum(rows * width for rows, width in shapes) <= 1.25 * int(lengths.sum())  # not 6 x 64
@@ -282,6 +284,31 @@ def test_dynamic_batch_and_seq_export_runs_any_shape_and_equals_pytorch(optimize
     options = quiet._session(False).get_session_options()
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert options.intra_op_num_threads == 2
+    # Groups that balance run concurrently, one per thread, on a single-threaded session: the same answers.
+    lengths = torch.tensor([64, 62, 60, 58, 5, 5, 6, 6, 30, 31, 30, 32, 30, 31, 30, 32])
+    ids, types, _ = _ragged(model.config.vocab_size, len(lengths), 64, seed=1)
+    mask = (torch.arange(64)[None, :] < lengths[:, None]).long()
+    calls = []
+    forward = quiet._forward
+    quiet._forward = lambda parts, q, single_thread=False: (
+        calls.append((threading.current_thread().name, single_thread)) or forward(parts, q, single_thread))
+    (concurrent,) = quiet.run(ids.numpy(), types.numpy(), mask.numpy())
+    assert len(calls) == 4 and all(name.startswith("export-group") and single for name, single in calls)
+    assert quiet._session(False, single_thread=True).get_session_options().intra_op_num_threads == 1
+    (sequential,) = runner.run(ids.numpy(), types.numpy(), mask.numpy(), group_by_length=False)
+    assert np.abs(concurrent - sequential).max() < 1e-5
+    # One thread, or groups that would leave a thread idle most of the time: one after another, all threads.
+    calls.clear()
+    quiet.run(*(a[:6].numpy() for a in (ids, types, mask)))  # groups of 4 x ~62 and 2 x ~6 tokens
+    assert len(calls) == 2 and not any(single for _, single in calls)
+
+
+def test_length_groups_run_concurrently_only_when_they_keep_every_thread_busy():
+    assert _groups_balance([100, 100], workers=2) and _groups_balance([60, 50, 40, 30, 20], workers=2)
+    assert not _groups_balance([300, 20], workers=2)  # one thread would do almost everything
+    assert not _groups_balance([100, 100], workers=1) and not _groups_balance([100], workers=2)
+    assert not _groups_balance([100, 100, 100, 100], workers=16)  # 12 of 16 cores idle: all threads per group
+    assert _groups_balance([100] * 16, workers=16)
 
 
 def test_optimized_graph_is_fused_and_equals_pytorch_for_any_mask(tmp_path):
