@@ -544,11 +544,12 @@ class ExportedModel:
 
     def __init__(self, directory: str | Path, meta: dict | None = None, threads: int | None = None,
                  spin: bool = True):
-        """threads: the cores a call may use (default: one per physical core). A call runs on ONNX Runtime
-        with that many intra-op threads, except a batch whose rows run in several length groups (see run()):
-        its groups then run concurrently, one per thread, each on a single-threaded session of the same graph,
-        so at most `threads` threads compute at any time. (Small groups split badly over intra-op threads:
-        on 2 cores at batch 32, INT8 served SST-2 dev 1.13-1.16x faster this way; docs/benchmarks-serving.md.)
+        """threads: the cores a call may use (default: one per physical core the process may run on, as
+        `taskset` or a cgroup's cpuset leaves them). A call runs on ONNX Runtime with that many intra-op
+        threads. A batch whose rows run in several length groups (see run()) runs them side by side instead,
+        one per thread on a single-threaded session of the same graph, when they keep every thread busy: small
+        groups split badly over intra-op threads (2 cores, batch 32, SST-2 dev: INT8 1.84x our eager PyTorch
+        instead of 1.46x; docs/benchmarks-serving.md). At most `threads` threads compute at any time.
         spin=False: idle ONNX Runtime threads sleep instead of spin-waiting for the next call (its default
         spins, which holds the cores a while after each call: lower latency for a server, CPU taken from
         anything else)."""
@@ -570,7 +571,7 @@ class ExportedModel:
         key = (quantized, single_thread)
         with self._lock:  # one session per key, also when length groups ask for it concurrently
             if key not in self._sessions:
-                self._sessions[key] = self._load(quantized, 1 if single_thread else self.threads)
+                self._sessions[key] = self._load(quantized, 1 if single_thread else self.workers)
         return self._sessions[key]
 
     def _load(self, quantized: bool, threads: int | None):

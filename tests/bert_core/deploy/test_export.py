@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bert_core.deploy.export import ExportConfig, ExportedModel, _groups_balance, export
+from bert_core.deploy.export import ExportConfig, ExportedModel, _groups_balance, _physical_cores, export
 from bert_core.errors import BertPipelineError
 from bert_core.finetune.tasks import features as feats
 from bert_core.finetune.tasks.squad import make_features, postprocess, read_squad
@@ -284,6 +284,7 @@ def test_dynamic_batch_and_seq_export_runs_any_shape_and_equals_pytorch(optimize
     options = quiet._session(False).get_session_options()
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert options.intra_op_num_threads == 2
+    assert runner._session(False).get_session_options().intra_op_num_threads == runner.workers == _physical_cores()
     # Groups that balance run concurrently, one per thread, on a single-threaded session: the same answers.
     lengths = torch.tensor([64, 62, 60, 58, 5, 5, 6, 6, 30, 31, 30, 32, 30, 31, 30, 32])
     ids, types, _ = _ragged(model.config.vocab_size, len(lengths), 64, seed=1)
@@ -301,6 +302,18 @@ def test_dynamic_batch_and_seq_export_runs_any_shape_and_equals_pytorch(optimize
     calls.clear()
     quiet.run(*(a[:6].numpy() for a in (ids, types, mask)))  # groups of 4 x ~62 and 2 x ~6 tokens
     assert len(calls) == 2 and not any(single for _, single in calls)
+
+
+def test_default_threads_are_the_physical_cores_the_process_may_run_on(monkeypatch):
+    import os
+
+    import psutil
+
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 8 if logical else 4)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # `taskset -c 0,1`
+    assert _physical_cores() == 2
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    assert _physical_cores() == 4  # hyperthreads are not cores
 
 
 def test_length_groups_run_concurrently_only_when_they_keep_every_thread_busy():
