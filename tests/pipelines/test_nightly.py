@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ def _nightly_runs():
     return client, client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
 
 
-def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, minilm_dir):
+def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, minilm_dir, monkeypatch):
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -57,8 +58,14 @@ def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, mi
     champion = ops.register_and_promote(trained, str(tmp_path / "registry"))
     assert champion["promoted"]
 
+    # The night downloads each registered version it evaluates: into a temporary copy, removed afterwards.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     run = _night({**CONF, "work_dir": str(tmp_path / "night1")})
     assert str(run.state).endswith("success")
+    assert not list(scratch.rglob("config.json")), "a downloaded model was left behind"
     client, runs = _nightly_runs()
     assert [r.data.tags["nightly.status"] for r in runs] == ["passed"]
     # Re-measured on the pinned data with the model's own settings: exactly what fine-tuning recorded.
