@@ -13,7 +13,8 @@ import torch
 import tests.airflow_home  # noqa: F401  isort: skip
 from tests.ray_head import ray_head  # noqa: F401  (session fixture: a real `ray start --head` cluster)
 
-_EXIT_STATUS = pytest.StashKey[int]()
+# A worker that crashes, even after its last report, fails the run (xdist itself never looks).
+from tests.worker_crashes import pytest_sessionfinish, pytest_testnodeready  # noqa: F401  isort: skip
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -77,26 +78,3 @@ def pytest_collection_modifyitems(session, config, items):
         return rank.get(path, len(rank))
 
     items.sort(key=key)  # stable: the rest keep their collection order
-
-
-def pytest_sessionfinish(session, exitstatus):
-    session.config.stash[_EXIT_STATUS] = int(exitstatus)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config):
-    """Leave with pytest's exit status once it has reported everything, the way the CLI leaves
-    (bert_pipeline.process_exit: atexit handlers run, the interpreter's teardown is skipped).
-
-    One full run in six (2026-11-23) printed "548 passed" and then died with a segmentation fault in that
-    teardown (after pytest's faulthandler is gone, so no traceback): the process holds Ray's core worker,
-    gRPC, torch and ONNX Runtime thread pools, whose destructors race at exit. The root cause is not
-    found; this keeps a green run green and a red run red. The atexit handlers still run: Ray's shutdown
-    (its local processes must not outlive the run) and the session's temp-dir removal (each run's Airflow
-    home is ~200 MB), within 120 s: a handler that hangs on something a test left behind cannot hang CI."""
-    status = config.stash.get(_EXIT_STATUS, None)
-    if status is None:  # --help, --collect-only errors and the like: the normal path
-        return
-    from bert_pipeline.process_exit import exit_process
-
-    exit_process(status, join_threads=False, deadline_s=120)

@@ -8,10 +8,8 @@ own figures.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -28,14 +26,7 @@ VOCAB = REPO / "tests" / "fixtures" / "vocab" / "uncased_L-12_H-768_A-12.vocab.t
 def run_bench(script: str, *args: str, out: Path) -> dict:
     done = subprocess.run([sys.executable, "-X", "faulthandler", str(REPO / "bench" / script), *args,
                            "--out-json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
-    log = (done.stdout + done.stderr)[-3000:]
-    if done.returncode == -signal.SIGSEGV and out.is_file():
-        # The script finished (its JSON is written last) and then crashed in the interpreter's teardown:
-        # seen twice on 2026-11-23 in processes holding torch, transformers and ONNX Runtime, root cause
-        # open. Reported, not hidden; a crash before the results are written still fails below.
-        warnings.warn(f"{script} segfaulted after writing its results:\n{log}", stacklevel=1)
-    else:
-        assert done.returncode == 0, log
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]  # a crash at exit too (issue 15, item 3)
     return json.loads(out.read_text())
 
 
