@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -517,8 +518,6 @@ def _groups_balance(costs: list[int], workers: int, slack: float = 0.25) -> bool
 
 def _physical_cores() -> int:
     """Physical cores this process may use: ONNX Runtime's own default for its intra-op threads."""
-    import os
-
     import psutil
 
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
