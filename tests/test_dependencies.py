@@ -73,7 +73,7 @@ def test_every_imported_third_party_module_is_a_declared_dependency():
     assert not missing, "imported but not in pyproject.toml's [project] dependencies:\n" + "\n".join(missing)
 
 
-def test_the_check_sees_lazy_imports_and_skips_optional_ones(tmp_path):
+def test_the_check_sees_lazy_imports_and_skips_optional_ones():
     tree = ast.parse("try:\n    import fast_thing\nexcept ImportError:\n    fast_thing = None\n"
                      "def f():\n    import lazy_thing\n")
     assert _optional_lines(tree) == {2}

@@ -48,29 +48,3 @@ def test_status_output_threads_and_atexit(tmp_path, body, status, stderr):
     assert stderr in done.stderr
     # The non-daemon thread finished before the atexit handlers ran, as in a normal interpreter exit.
     assert marks.read_text() == "thread\natexit\n"
-
-
-def test_without_joining_a_stuck_thread_the_atexit_handlers_still_run(tmp_path):
-    """The test harness's exit: a non-daemon thread that never ends does not hang it, and atexit work
-    (temp-dir removal, Ray's shutdown) still happens."""
-    marks = tmp_path / "marks"
-    program = (
-        "import atexit, sys, threading\n"
-        "from pathlib import Path\n"
-        "from bert_pipeline.process_exit import exit_process\n"
-        "atexit.register(lambda: Path(sys.argv[1]).write_text('atexit'))\n"
-        "threading.Thread(target=threading.Event().wait).start()\n"
-        "exit_process(5, join_threads=False)\n")
-    done = subprocess.run([sys.executable, "-c", program, str(marks)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 5, done.stderr
-    assert marks.read_text() == "atexit"
-
-
-def test_a_hanging_atexit_handler_is_cut_off_at_the_deadline(tmp_path):
-    program = (
-        "import atexit, threading\n"
-        "from bert_pipeline.process_exit import exit_process\n"
-        "atexit.register(threading.Event().wait)\n"  # never returns
-        "exit_process(6, join_threads=False, deadline_s=1)\n")
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 6, done.stderr
