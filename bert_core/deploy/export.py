@@ -552,6 +552,8 @@ class ExportedModel:
         spin=False: idle ONNX Runtime threads sleep instead of spin-waiting for the next call (its default
         spins, which holds the cores a while after each call: lower latency for a server, CPU taken from
         anything else)."""
+        if threads is not None and threads < 1:
+            raise BertPipelineError(f"threads: expected a number of threads >= 1 (or None for one per core), got {threads}")
         self.directory = Path(directory)
         self.threads = threads
         self.spin = spin

@@ -314,6 +314,8 @@ def test_default_threads_are_the_physical_cores_the_process_may_run_on(monkeypat
     assert _physical_cores() == 2
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     assert _physical_cores() == 4  # hyperthreads are not cores
+    with pytest.raises(BertPipelineError, match="threads: expected a number of threads >= 1"):
+        ExportedModel("any-dir", threads=0)
 
 
 def test_length_groups_run_concurrently_only_when_they_keep_every_thread_busy():
