@@ -10,9 +10,13 @@ So a command process ends like this: Python's own shutdown work runs in the usua
 threads joined, then every `atexit` handler: Ray's shutdown, MLflow's asynchronous logging flush,
 logging's flush, multiprocessing's child clean-up, temp-file removal), standard streams are flushed,
 and the process leaves with `os._exit`, which skips module and object teardown and native destructors.
-The operating system frees the rest. This does not cover a race inside an atexit handler: the one crash
-caught in a core so far (2026-11-24, a Ray worker) was Ray's OpenCensus harvester thread during Ray's own
-atexit `ray.shutdown()`; its root cause is still open (issue 15).
+The operating system frees the rest.
+
+The one crash caught in a core (2026-11-24) was Ray's: every Ray process, at `ray.shutdown()`, starts
+an OpenCensus harvester thread (`CoreWorker::Disconnect` -> `StatsExporter::ExportNow` creates it), which
+then lives through the rest of the process's end, touching Ray's metric state while that is torn down
+(docs/architecture.md, section 6). Leaving with `os._exit` right after the atexit handlers keeps that
+thread away from the C++ teardown; Ray's own worker processes are Ray's and end their own way.
 """
 
 from __future__ import annotations
