@@ -1,7 +1,7 @@
 """A real local Ray cluster (`ray start --head --block` with its dashboard and job server) for the tests that
-submit Ray jobs; one per test session. It is started exactly as `bert-pipeline stack up` starts its Ray head
-(free ports, its own temp dir) and stopped by signalling its own process group, never with `ray stop`, which
-would kill every Ray process on the machine."""
+submit Ray jobs; one per test module (an idle head costs CPU the rest of the suite needs). It is started exactly
+as `bert-pipeline stack up` starts its Ray head (free ports, its own temp dir) and stopped by signalling its own
+process group, never with `ray stop`, which would kill every Ray process on the machine."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class RayHead:
     ray: str  # the `ray` executable
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_head(tmp_path_factory) -> RayHead:
     home = tmp_path_factory.mktemp("ray-head-home")
     ports = {"mlflow": 0, "airflow": 0, "ray_dashboard": stack.free_port(), "ray_gcs": stack.free_port()}

@@ -1,5 +1,5 @@
 """A running local stack (`bert-pipeline stack up`: MLflow server, Ray head, Airflow) for tests that need
-real services, on free ports in a temp home, stopped with `bert-pipeline stack down` at the end of the session.
+real services, on free ports in a temp home, stopped with `bert-pipeline stack down` after the module.
 
 Use it from a test module by binding the fixture to a module-level name (an import would be reported as
 unused by the linter and then as redefined by the test's argument):
@@ -11,8 +11,10 @@ unused by the linter and then as redefined by the test's argument):
     def test_something(local_stack):
         local_stack.mlflow_url, local_stack.ray_address, local_stack.airflow_credentials() ...
 
-However many modules bind it, one stack is started per test session (module-level cache). Starting it takes
-about 45 s on 2 cores. Set BERT_PIPELINE_STACK_KEEP=1 to leave the home directory (logs) after the session.
+One stack per test module: an idle stack still takes about a tenth of a core (Airflow's scheduler and DAG
+processor, Ray's dashboard and agents), which the rest of a CPU-bound 2-core suite would lose if it ran to the
+end of the session. Starting it takes about 35 s on 2 cores. Set BERT_PIPELINE_STACK_KEEP=1 to leave the home
+directory (logs) after the module.
 """
 
 from __future__ import annotations
@@ -113,14 +115,6 @@ def _free_ports(count: int) -> list[int]:
     return ports
 
 
-@dataclass
-class _Cache:
-    stack: LocalStack | None = None
-
-
-_CACHE = _Cache()
-
-
 def start_stack(root: Path, tmp: Path) -> LocalStack:
     """`stack up` in root/home on free ports; fails the test with the service logs when it does not come up."""
     mlflow, airflow, dashboard, gcs = _free_ports(4)
@@ -151,27 +145,23 @@ def stop_stack(stack: LocalStack) -> subprocess.CompletedProcess:
     return result
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def local_stack() -> Iterator[LocalStack]:
-    """The session's running stack (started on first use)."""
-    if _CACHE.stack is not None:
-        yield _CACHE.stack
-        return
+    """The module's running stack."""
     # Not pytest's tmp_path: Airflow's and MLflow's paths appear in URLs and logs; a short root reads better.
     root = Path(tempfile.mkdtemp(prefix="bert-stack-"))
     tmp = Path(tempfile.mkdtemp(prefix="bt", dir="/tmp"))
     keep = bool(os.environ.get("BERT_PIPELINE_STACK_KEEP"))
     try:
-        _CACHE.stack = start_stack(root, tmp)
+        stack = start_stack(root, tmp)
     except BaseException:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     try:
-        yield _CACHE.stack
+        yield stack
     finally:
-        stack, _CACHE.stack = _CACHE.stack, None
         result = stop_stack(stack)
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
