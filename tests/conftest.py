@@ -53,8 +53,8 @@ def _isolated_caches(tmp_path_factory, monkeypatch):
 # The few long files go first, longest first, so that neither worker is left with a long file at the end
 # while the other idles (seconds on this 2-core machine, alone; the rest take a few seconds each).
 LONG_FIRST = (
-    "tests/test_stack_ui.py",  # ~250 s + REST runs: `stack up`, bert_demo from the UI, both DAGs' forms and confs
-    "tests/test_demo.py",  # ~75 s
+    "tests/test_stack_ui.py",  # ~340 s: `stack up`, bert_demo from the UI, both DAGs' forms, the REST runs
+    "tests/test_demo.py",  # ~80 s
     "tests/bert_core/launch/test_ray_pretrain.py",  # ~75 s
     "tests/bert_core/deploy/test_export.py",  # ~70 s
     "tests/bench/test_bench_scripts.py",  # ~60 s
