@@ -1,7 +1,8 @@
 """A real local Ray cluster (`ray start --head --block` with its dashboard and job server) for the tests that
 submit Ray jobs; one per test module (an idle head costs CPU the rest of the suite needs). It is started exactly
 as `bert-pipeline stack up` starts its Ray head (free ports, its own temp dir) and stopped by signalling its own
-process group, never with `ray stop`, which would kill every Ray process on the machine."""
+process group as `stack down` does (`ray start` alone first), never with `ray stop`, which would kill every
+Ray process on the machine."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def ray_head(tmp_path_factory) -> RayHead:
         stack._wait_healthy({"ray": (proc, record)}, timeout=180)
         yield RayHead(record["url"], record["address"], env, spec["command"][0])
     finally:
-        stack.stop_process(proc.pid, record["started"], stack.STOP_GRACE_S["ray"])
+        stack.stop_process(proc.pid, record["started"], stack.STOP_GRACE_S["ray"], leader_first=True)
         proc.wait(timeout=60)
         if not os.environ.get("BERT_PIPELINE_KEEP_RAY_LOGS"):
             import shutil

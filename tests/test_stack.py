@@ -221,3 +221,62 @@ def test_stack_module_imports_no_service_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     assert out.stdout.strip() == "[]"
+
+
+# A leader that starts one child in its group; on SIGTERM it stops the child itself (or, "ignore", does nothing).
+# The child blocks SIGTERM and records who sent it one (sigwaitinfo's si_pid), then exits.
+LEADER = """
+import signal, subprocess, sys
+child_code, ready, sender, mode = sys.argv[1:]
+child = subprocess.Popen([sys.executable, "-c", child_code, ready, sender])
+if mode == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    def stop(*_):
+        child.send_signal(signal.SIGTERM)
+        child.wait()
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, stop)
+while True:
+    signal.pause()
+"""
+CHILD = """
+import os, signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+open(sys.argv[1], "w").write(str(os.getpid()))
+info = signal.sigwaitinfo({signal.SIGTERM})
+open(sys.argv[2], "w").write(str(info.si_pid))
+"""
+
+
+def _leader(tmp_path, mode: str) -> tuple[subprocess.Popen, int]:
+    ready, sender = tmp_path / "ready", tmp_path / "sender"
+    leader = subprocess.Popen([sys.executable, "-c", LEADER, CHILD, str(ready), str(sender), mode],
+                              start_new_session=True)
+    deadline = time.monotonic() + 20
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # the leader's SIGTERM handler is installed right after it started the child
+    return leader, int(ready.read_text())
+
+
+def test_leader_first_lets_the_main_process_stop_its_children(tmp_path):
+    """As `stack down` stops Ray: only `ray start` gets our SIGTERM; it stops its own children."""
+    leader, child = _leader(tmp_path, "stop-children")
+    started = stack_cmd._proc_stat(leader.pid)[3]
+    begin = time.monotonic()
+    assert stack_cmd.stop_process(leader.pid, started, grace=8, leader_first=True) is True
+    assert time.monotonic() - begin < stack_cmd.LEADER_GRACE_S  # no waiting for the fallback
+    assert int((tmp_path / "sender").read_text()) == leader.pid  # the child heard from its leader, not from us
+    assert _gone(leader) and not stack_cmd._alive(child)
+
+
+def test_leader_first_falls_back_to_the_family_and_sigkill(tmp_path, monkeypatch):
+    """A main process that does not stop: after LEADER_GRACE_S its family gets SIGTERM, and SIGKILL after the
+    grace period."""
+    monkeypatch.setattr(stack_cmd, "LEADER_GRACE_S", 0.5)
+    leader, child = _leader(tmp_path, "ignore")
+    started = stack_cmd._proc_stat(leader.pid)[3]
+    assert stack_cmd.stop_process(leader.pid, started, grace=2, leader_first=True) is True
+    assert int((tmp_path / "sender").read_text()) == os.getpid()  # the fallback's SIGTERM, from this process
+    assert _gone(leader) and not stack_cmd._alive(child)
