@@ -133,15 +133,6 @@ def _set_field(driver, dialog, param: str, value) -> None:
           message=f"the form's {param} field did not take {value!r}")
 
 
-def _failed_task_logs(home: Path, run_id: str) -> str:
-    lines = []
-    for log in sorted((home / "airflow" / "logs" / "dag_id=bert_demo").glob(f"run_id={run_id}/task_id=*/*.log")):
-        text = log.read_text(errors="replace")
-        if '"Task failed with exception"' in text or '"level":"error"' in text:
-            lines.append(f"--- {log}\n" + "\n".join(text.splitlines()[-15:]))
-    return "\n".join(lines)
-
-
 def test_stack_status_and_up_again_are_no_ops(local_stack):
     status = local_stack.cli("status", timeout=60)
     assert status.returncode == 0, status.stdout + status.stderr
@@ -220,8 +211,7 @@ def test_trigger_bert_demo_from_the_airflow_ui(local_stack, browser):
     browser.get(f"{local_stack.airflow_url}/dags/bert_demo/runs/{urllib.parse.quote(run_id, safe='')}")
     time.sleep(3)
     _shot(browser, "03-run-finished.png")
-    assert run["state"] == "success", (f"bert_demo run {run_id} is {run['state']}\n"
-                                       + _failed_task_logs(local_stack.home, run_id))
+    assert run["state"] == "success", _failed_tasks(api, "bert_demo", run_id)
 
     # The tasks used the stack's MLflow server (not an embedded store) and registered the demo's models there.
     summary = json.loads((work_dir / "demo_summary.json").read_text())
