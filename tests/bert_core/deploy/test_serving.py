@@ -226,6 +226,29 @@ def test_a_registered_export_can_serve_its_int8_graph(models, tmp_path, monkeypa
     assert [same_answer(a, b, 1e-6) for a, b in zip(int8(requests), answers)] == [None, None]
     assert any(same_answer(a, b, 1e-6) for a, b in zip(fp32(requests), answers))  # it is not the fp32 graph
 
+    # The INT8 graph's answers do not depend on the thread count: on two threads its length groups run side by side
+    # and give exactly what one thread gives running them one after another (a group is never split: INT8
+    # quantises each group's activations as a whole, and promotion compared answers made on another machine).
+    import threading
+
+    from bert_core.deploy.export import ExportedModel
+
+    lengths = np.array([32, 31, 30, 29, 5, 5, 6, 6, 15, 16, 15, 16, 15, 16, 15, 16])
+    ids = np.random.default_rng(0).integers(1000, 2000, size=(len(lengths), 32))
+    mask = (np.arange(32)[None, :] < lengths[:, None]).astype(np.int64)
+    ids, types = ids * mask, np.zeros_like(ids)
+    two, one = ExportedModel(tmp_path / "int8", threads=2), ExportedModel(tmp_path / "int8", threads=1)
+    names = []
+    forward = two._forward
+    two._forward = lambda parts, q, single_thread=False: (
+        names.append(threading.current_thread().name) or forward(parts, q, single_thread))
+    (side_by_side,) = two.run(ids, types, mask, quantized=True)
+    (in_turn,) = one.run(ids, types, mask, quantized=True)
+    assert len(names) > 1 and all(name.startswith("export-group") for name in names), names
+    assert np.array_equal(side_by_side, in_turn)
+    (fp32_answers,) = one.run(ids, types, mask)
+    assert not np.array_equal(in_turn, fp32_answers)  # the INT8 graph ran
+
 
 def test_cli_processes_that_load_torch_and_onnx_runtime_always_exit_0(models, tmp_path):
     """Stress test for the exit crash of issue 15 (a native thread racing interpreter teardown after all work was
