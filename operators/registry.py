@@ -106,11 +106,21 @@ def register_model_dir(model_dir: str | Path, name: str, metrics: dict[str, floa
     """Log a model directory (with `export_dir`: served through that export's graph; with `quantized`, its
     INT8 graph) in a new run of `experiment` and register it as a new version of `name`; promotion then
     checks that this artifact answers the model's check examples as they were scored (check_examples.json;
-    for INT8, the graph's own answers recorded when it was logged), as for any version."""
+    for INT8, the graph's own answers recorded when it was logged), as for any version. An INT8 graph is only
+    registered when its export's evaluation shows it loses at most INT8_MAX_DROP_POINTS (an error otherwise,
+    before anything is logged)."""
     import functools
 
     from bert_core.deploy.mlflow_model import pyfunc_spec
     from bert_core.io.tracking import MlflowTracker, ensure_experiment
+
+    if quantized:
+        from bert_core.deploy.export import servable_int8_evaluation
+        from bert_core.errors import BertPipelineError
+
+        if export_dir is None:
+            raise BertPipelineError("serving the INT8 graph needs an export (export_dir) made with --quantize int8")
+        servable_int8_evaluation(export_dir)
 
     ensure_experiment(experiment, tracking_uri)
     tracker = MlflowTracker(experiment, tracking_uri,

@@ -8,13 +8,9 @@ import json
 
 from bert_pipeline.commands.config_flags import add_config_arguments, config_from_args
 
-# Serving INT8 must not cost more than this on the task's main metric (in points: accuracy 0.01 = 1 point;
-# F1/EM are already in points): measured cost on SST-2 with MiniLM, 0.0 (docs/benchmarks-serving.md).
-INT8_MAX_DROP_POINTS = 1.0
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from bert_core.deploy.export import ExportConfig
+    from bert_core.deploy.export import INT8_MAX_DROP_POINTS, ExportConfig
 
     add_config_arguments(parser, ExportConfig)
     serving = parser.add_argument_group("serving the export from the registry")
@@ -79,17 +75,14 @@ def _register(cfg, result: dict, name: str, promote: bool, int8: bool = False) -
         raise BertPipelineError(f"{cfg.model}: no task.json: --register needs a model fine-tuned by bert-pipeline "
                                 "(the card says how to read and answer requests)")
     if int8:
-        evaluation = result["evaluation"]
-        metric = evaluation["main_metric"]
-        drop = evaluation["fp32"][metric] - evaluation["int8"][metric]
-        scale = 1.0 if evaluation["task"] == "squad" else 100.0  # SQuAD's metrics are percentages, GLUE's fractions
-        if drop * scale > INT8_MAX_DROP_POINTS:
-            raise BertPipelineError(
-                f"--serve-int8: the INT8 graph scores {metric} {evaluation['int8'][metric]:.4f} on {cfg.eval_data}, "
-                f"{drop * scale:.2f} points under the fp32 graph's {evaluation['fp32'][metric]:.4f} (at most "
-                f"{INT8_MAX_DROP_POINTS:g} allowed); nothing was registered. Register the fp32 graph (leave out "
-                "--serve-int8)")
-        metrics, source = evaluation["int8"], "the export's INT8 evaluation on --eval-data"
+        from bert_core.deploy.export import servable_int8_evaluation
+
+        try:
+            metrics = servable_int8_evaluation(cfg.output)["int8"]
+        except BertPipelineError as exc:
+            raise BertPipelineError(f"--serve-int8: {exc}; nothing was registered (leave out --serve-int8 to "
+                                    "register the fp32 graph)") from None
+        source = "the export's INT8 evaluation on --eval-data"
     elif "evaluation" in result:
         metrics, source = result["evaluation"]["fp32"], "the export's evaluation on --eval-data"
     else:

@@ -188,7 +188,7 @@ def test_a_registered_export_can_serve_its_int8_graph(models, tmp_path, monkeypa
     answers (which differ from the fp32 ones). Too large an INT8 loss refuses the registration."""
     import mlflow
 
-    import bert_pipeline.commands.export as export_command
+    import bert_core.deploy.export as export_module
     from bert_core.deploy.mlflow_model import check_served
     from bert_pipeline.cli import main
 
@@ -205,12 +205,19 @@ def test_a_registered_export_can_serve_its_int8_graph(models, tmp_path, monkeypa
     assert not (tmp_path / "fp32-only").exists()
     quantized = ["--quantize", "int8", "--eval-data", dev, "--eval-task", "SST-2"]
     # The bar, set so that even no loss is too much: refused, and nothing registered.
-    monkeypatch.setattr(export_command, "INT8_MAX_DROP_POINTS", -1.0)
+    monkeypatch.setattr(export_module, "INT8_MAX_DROP_POINTS", -1.0)
     assert main([*base, *quantized, "--output", str(tmp_path / "refused")]) == 2
     assert re.search(r"points under the fp32 graph's .* nothing was registered", capsys.readouterr().err)
     assert not mlflow.MlflowClient(uri, registry_uri=uri).search_model_versions("name='bert-sst-2'")
+    # The bar is the registry's, not only the command's: the Python API refuses the same graph, before logging.
+    from bert_core.errors import BertPipelineError
+    from operators import registry
+
+    with pytest.raises(BertPipelineError, match="points under the fp32 graph's .* serve the fp32 graph instead"):
+        registry.register_model_dir(model, "bert-sst-2", export_dir=tmp_path / "refused", quantized=True)
+    assert not mlflow.MlflowClient(uri).search_runs([e.experiment_id for e in mlflow.MlflowClient(uri).search_experiments()])
     # This tiny model on 12 dev rows: one flipped label is 8 points; the bar is not what is tested here.
-    monkeypatch.setattr(export_command, "INT8_MAX_DROP_POINTS", 100.0)
+    monkeypatch.setattr(export_module, "INT8_MAX_DROP_POINTS", 100.0)
     capsys.readouterr()
     assert main([*base, *quantized, "--output", str(tmp_path / "int8"), "--promote"]) == 0
     report = json.loads(capsys.readouterr().out.split("\n}\n")[0] + "\n}")
