@@ -11,7 +11,7 @@ import torch
 # First: Airflow reads AIRFLOW_HOME (its metadata DB) when it is first imported, by whichever test module
 # that is; the session's Airflow home must be set before any of them is collected.
 import tests.airflow_home  # noqa: F401  isort: skip
-from tests.ray_head import ray_head  # noqa: F401  (session fixture: a real `ray start --head` cluster)
+from tests.ray_head import ray_head  # noqa: F401  (module fixture: a real `ray start --head` cluster)
 
 # A worker that crashes, even after its last report, fails the run (xdist itself never looks).
 from tests.worker_crashes import pytest_sessionfinish, pytest_testnodeready  # noqa: F401  isort: skip

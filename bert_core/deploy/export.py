@@ -346,6 +346,8 @@ def servable_int8_evaluation(export_dir: str | Path) -> dict:
         evaluation = json.loads(meta_file.read_text()).get("evaluation") or {}
     except FileNotFoundError:
         raise BertPipelineError(f"{export_dir}: not an export directory (no export.json)") from None
+    except (json.JSONDecodeError, AttributeError):
+        raise BertPipelineError(f"{meta_file}: not an export's export.json (expected a JSON object)") from None
     if not evaluation.get("int8"):
         raise BertPipelineError(f"{meta_file}: no INT8 evaluation; serving the INT8 graph needs an export made with "
                                 "--quantize int8 and --eval-data (its loss against the fp32 graph is what allows it)")

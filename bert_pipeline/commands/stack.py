@@ -41,7 +41,7 @@ PORT_FLAGS = {"mlflow": "--mlflow-port", "airflow": "--airflow-port", "ray_dashb
 # What `airflow standalone` writes the generated admin password to (SimpleAuthManager, Airflow 3).
 AIRFLOW_PASSWORD_FILE = "simple_auth_manager_passwords.json.generated"
 # Seconds between SIGTERM and SIGKILL in `down`. Airflow's scheduler and MLflow exit within a few seconds;
-# Ray's gcs_server ignores SIGTERM while its raylet is going away and would use up any grace period.
+# Ray's head within ~3 s when it is stopped leader first (below).
 STOP_GRACE_S = {"airflow": 30.0, "mlflow": 15.0, "ray": 8.0}
 # Services whose main process stops its own children in order when it gets SIGTERM: it is signalled alone first,
 # and the rest only if it is not done within LEADER_GRACE_S. `ray start --block` stops its head this way in ~3 s;

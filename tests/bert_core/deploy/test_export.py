@@ -403,3 +403,28 @@ def test_static_export_runs_shorter_sequences(tmp_path):
         with torch.no_grad():
             ref = model(ids, types, mask).logits.numpy()
         assert got.shape == (batch, 2) and np.abs(got - ref).max() < 1e-5, (batch, seq)
+
+
+def test_servable_int8_evaluation_names_what_is_missing(tmp_path):
+    from bert_core.deploy.export import servable_int8_evaluation
+
+    with pytest.raises(BertPipelineError, match="not an export directory"):
+        servable_int8_evaluation(tmp_path)
+    (tmp_path / "export.json").write_text("[1, 2")
+    with pytest.raises(BertPipelineError, match="export.json: not an export's export.json"):
+        servable_int8_evaluation(tmp_path)
+    fp32_only = {"task": "sst-2", "main_metric": "accuracy", "data": "dev.tsv", "fp32": {"accuracy": 0.9}}
+    (tmp_path / "export.json").write_text(json.dumps({"evaluation": fp32_only}))
+    with pytest.raises(BertPipelineError, match="no INT8 evaluation"):
+        servable_int8_evaluation(tmp_path)
+    # 0.9 -> 0.895 is half a point on accuracy (allowed); 0.88 is two (refused). SQuAD's F1 is in points already.
+    for int8, ok in ((0.895, True), (0.88, False)):
+        (tmp_path / "export.json").write_text(json.dumps({"evaluation": {**fp32_only, "int8": {"accuracy": int8}}}))
+        if ok:
+            assert servable_int8_evaluation(tmp_path)["int8"] == {"accuracy": int8}
+        else:
+            with pytest.raises(BertPipelineError, match=r"2\.00 points under the fp32 graph's 0\.9000"):
+                servable_int8_evaluation(tmp_path)
+    squad = {"task": "squad", "main_metric": "f1", "data": "dev.json", "fp32": {"f1": 80.0}, "int8": {"f1": 79.5}}
+    (tmp_path / "export.json").write_text(json.dumps({"evaluation": squad}))
+    assert servable_int8_evaluation(tmp_path)["int8"]["f1"] == 79.5
