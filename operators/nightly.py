@@ -3,32 +3,31 @@
 Every night:
 1. plan: for each registered task model (`bert-<task>` with pinned dev data), its `champion` version and its
    newest version when that is not the champion (the candidate);
-2. evaluate each of them on the pinned dev data (sha256 of the files recorded) with fine-tuning's own
-   evaluation code and the official scorers;
-3. run the throughput benchmark (the installed module bert_pipeline.bench.model_throughput, also
-   bench/model_throughput.py in a checkout: our model against transformers in the same run; the ratio is
-   what is compared, absolute tokens/s depend on the machine's load);
+2. evaluate each of them: download the version from the registry and re-score it on the pinned dev data
+   (evaluation.rescore: fine-tuning's own evaluation code and the official scorers; the files' sha256 recorded);
+3. run the throughput benchmark (evaluation.model_throughput, called in this task's process: our model against
+   transformers in the same run; the ratio is what is compared, absolute tokens/s depend on the machine's load);
 4. compare: champions and throughput against the last night that passed, candidates against their champion,
-   with tolerances (operators.regression); write a Markdown report with history plots (PNG), log it all to
+   with tolerances (evaluation.regression); write a Markdown report with history plots (PNG), log it all to
    the MLflow experiment `bert-nightly` (metrics, report, plots, results JSON, tag `nightly.status`) and fail
    the task when anything regressed.
 
 A night whose pinned data changed (another sha256 than the last good night's) is not compared with it for
-that task: the numbers would measure the data, not the models; the report says so.
+that task: the numbers would measure the data, not the models; the report says so. Defaults (tolerances,
+benchmark sizes) are evaluation.settings.NIGHTLY's, as the DAG's Params are.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
-import os
-import shlex
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from evaluation.settings import NIGHTLY
 
 log = logging.getLogger(__name__)
 
@@ -41,44 +40,6 @@ def _bundled_data() -> dict[str, str]:
     from operators.tasks import demo_data
 
     return {"sst-2": demo_data("sst2"), "squad": demo_data("squad")}
-
-
-# The throughput benchmark is part of the installed code, so a night needs no checkout. It lives in the CLI
-# package (it compares against transformers, which bert_core never imports) and runs as a module in a child
-# process: `python -m` needs no import of bert_pipeline from here (operators sits below it in the layer
-# contracts), and the benchmark gets a process of its own (torch threads and memory, not the worker's).
-# `-P`: the installed module, never a bert_pipeline/ in the worker's current directory.
-THROUGHPUT_MODULE = "bert_pipeline.bench.model_throughput"
-
-
-def throughput_command(bench_dir: str | None = None) -> list[str]:
-    """The command that starts the throughput benchmark: the installed module, or `bench_dir`/model_throughput.py."""
-    from bert_core.errors import BertPipelineError
-
-    if not bench_dir:
-        return [sys.executable, "-P", "-m", THROUGHPUT_MODULE]
-    script = Path(bench_dir) / "model_throughput.py"
-    if not script.is_file():
-        raise BertPipelineError(f"{script}: no throughput benchmark there (the `bench_dir` param; leave it empty "
-                                f"for the installed {THROUGHPUT_MODULE})")
-    return [sys.executable, str(script)]
-
-
-def dev_files_sha256(task: str, data_dir: str) -> dict[str, str]:
-    """sha256 of each dev file of `task` in `data_dir`: the pin of the night's data."""
-    from bert_core.finetune.tasks import registry as tasks
-    from bert_core.io import manifest, storage
-
-    info = tasks.get(task)
-    local = storage.local_dir(data_dir)
-    pins = {}
-    for split in info.eval_splits():
-        if not split.gold:
-            continue
-        path = tasks.find_file(local, split.files, split.name, info, required=split.required)
-        if path is not None:
-            pins[path.name] = manifest.sha256_file(path)
-    return pins
 
 
 def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -112,23 +73,23 @@ def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
                 raise BertPipelineError(f"models: {name} has no version with the alias 'champion'")
             log.info("%s: no champion yet; not benchmarked", name)
             continue
-        pins = dev_files_sha256(task, data[task])
         specs.append({"name": name, "task": task, "version": versions["champion"], "role": "champion",
-                      "data_dir": data[task], "data_sha256": pins})
+                      "data_dir": data[task]})
         if versions["newest"] not in (None, versions["champion"]):
             specs.append({"name": name, "task": task, "version": versions["newest"], "role": "candidate",
-                          "data_dir": data[task], "data_sha256": pins})
+                          "data_dir": data[task]})
     return specs
 
 
 def evaluate_version(spec: dict[str, Any], work: str) -> dict[str, Any]:
-    """Dev metrics of one registered version on its pinned data; returns `spec` with `metrics`."""
-    from bert_core.finetune.evaluate import evaluate_model, settings_from_manifest
+    """Dev metrics of one registered version on its pinned data; returns `spec` with `metrics`, `data_sha256`
+    (the dev files scored), `settings` and `predictions` (where the prediction files went)."""
+    from bert_core.finetune.evaluate import settings_from_manifest
     from bert_core.io import manifest, storage
+    from evaluation.rescore import rescore
     from operators import registry
 
-    client = registry._client(None)
-    output = client.get_model_version(spec["name"], spec["version"]).tags.get("output")
+    output = registry.version_tags(spec["name"], spec["version"]).get("output")
     settings: dict[str, Any] = {}
     if output:
         try:
@@ -136,41 +97,36 @@ def evaluate_version(spec: dict[str, Any], work: str) -> dict[str, Any]:
         except (FileNotFoundError, OSError, ValueError):  # the training output is gone: the task's defaults
             log.warning("%s v%s: no finetune manifest at %s; evaluating with default settings",
                         spec["name"], spec["version"], output)
-    with (registry.downloaded_model_dir(f"models:/{spec['name']}/{spec['version']}") as model_dir,
-          tempfile.TemporaryDirectory(prefix="bert-nightly-eval-") as scratch):
-        metrics = evaluate_model(model_dir, spec["task"], spec["data_dir"], settings,
-                                 out_dir=scratch)
-        target = storage.join(work, "evaluations", f"{spec['name']}-v{spec['version']}")
-        with storage.atomic_output_dir(target, overwrite=True) as out:
-            for path in Path(scratch).iterdir():
-                (out / path.name).write_bytes(path.read_bytes())
-    log.info("%s v%s (%s): %s", spec["name"], spec["version"], spec["role"], json.dumps(metrics))
-    return {**spec, "metrics": metrics, "settings": settings, "predictions": target}
+    target = storage.join(work, "evaluations", f"{spec['name']}-v{spec['version']}")
+    with registry.downloaded_model_dir(f"models:/{spec['name']}/{spec['version']}") as model_dir:
+        scored = rescore(model_dir, spec["task"], spec["data_dir"], target, settings)
+    log.info("%s v%s (%s): %s", spec["name"], spec["version"], spec["role"], json.dumps(scored["metrics"]))
+    return {**spec, **scored, "settings": settings, "predictions": target}
 
 
-def throughput(work: str, configs: list[str], steps: int, batch_size: int = 16, seq_len: int = 128,
-               bench_dir: str | None = None, threads: int = 0) -> dict[str, float]:
-    """Run the throughput benchmark (`throughput_command`); returns {"throughput/<config>/<mode>": ours/transformers
-    tokens/s ratio}."""
+def throughput(work: str, configs: list[str] | None = None, steps: int | None = None,
+               batch_size: int | None = None, seq_len: int | None = None, threads: int = 0) -> dict[str, float]:
+    """Run the throughput benchmark (evaluation.model_throughput) in this process; None: NIGHTLY's size. The
+    report goes to `work`/model_throughput.json; returns {"throughput/<config>/<mode>": ours/transformers
+    tokens/s ratio}.
+
+    In-process: an Airflow task is a process of its own already (its torch threads and memory are the
+    benchmark's), and the benchmark gives back the thread count it changes."""
     from bert_core.errors import BertPipelineError
     from bert_core.io import storage
+    from bert_core.model.zoo import architecture_config
+    from evaluation.model_throughput import measure_throughput
 
-    bench = throughput_command(bench_dir)
-    with tempfile.TemporaryDirectory(prefix="bert-nightly-bench-") as scratch:
-        out = Path(scratch) / "model_throughput.json"
-        cmd = [*bench, "--configs", *configs, "--steps", str(steps), "--warmup", "1",
-               "--batch-size", str(batch_size), "--seq-len", str(seq_len), "--out-json", str(out)]
-        if threads:
-            cmd += ["--threads", str(threads)]
-        log.info("running %s", shlex.join(cmd))
-        result = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
-        for line in result.stdout.splitlines():
-            log.info("[bench] %s", line)
-        if result.returncode != 0:
-            raise BertPipelineError(f"{bench[-1]} failed (exit {result.returncode}): "
-                                    + " | ".join(result.stderr.strip().splitlines()[-5:]))
-        report = json.loads(out.read_text())
-        storage.write_text(storage.join(work, "model_throughput.json"), out.read_text())
+    given = dict(configs=tuple(configs) if configs is not None else None, steps=steps, batch_size=batch_size,
+                 seq_len=seq_len, threads=threads)
+    run = dataclasses.replace(NIGHTLY.throughput, **{k: v for k, v in given.items() if v is not None})
+    for name in run.configs:
+        try:
+            architecture_config(name)
+        except BertPipelineError as exc:
+            raise BertPipelineError(f"throughput_configs: {exc}") from None
+    report = measure_throughput(run, log=lambda line: log.info("[bench] %s", line))
+    storage.write_text(storage.join(work, "model_throughput.json"), json.dumps(report, indent=2) + "\n")
     return {f"throughput/{row['config']}/{row['mode']}": float(row["ratio_ours_over_transformers"])
             for row in report["rows"]}
 
@@ -188,17 +144,20 @@ def _history(client, experiment_id: str) -> list[Any]:
 
 
 def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float], work: str,
-                       quality_tolerance: float = 0.01, throughput_tolerance: float = 0.2) -> dict[str, Any]:
-    """Compare tonight with the last good night and candidates with champions; log to MLflow; raise on regression."""
+                       quality_tolerance: float | None = None,
+                       throughput_tolerance: float | None = None) -> dict[str, Any]:
+    """Compare tonight with the last good night and candidates with champions; log to MLflow; raise on regression.
+    A tolerance left None is NIGHTLY's."""
     import mlflow
 
     from bert_core.errors import BertPipelineError
     from bert_core.io import storage
     from bert_core.io.tracking import build_tracker, standard_tags
-    from operators.regression import Tolerances, compare, findings_json, plot_history, render_report
+    from evaluation.regression import compare, findings_json, plot_history, render_report
     from operators.tasks import ensure_experiment
 
-    tolerances = Tolerances(quality=quality_tolerance, throughput=throughput_tolerance)
+    tolerances = dataclasses.replace(NIGHTLY.tolerances, **{k: v for k, v in (
+        ("quality", quality_tolerance), ("throughput", throughput_tolerance)) if v is not None})
     champions = {s["name"]: s for s in evaluated if s["role"] == "champion"}
     candidates = {s["name"]: s for s in evaluated if s["role"] == "candidate"}
     tonight = {f"{name}/{k}": v for name, s in champions.items() for k, v in s["metrics"].items()}
@@ -238,7 +197,7 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
                          + (", ".join(f"{n} v{s['version']}" for n, s in sorted(champions.items())) or "none") + ".",
                          [f for f in vs_last if not f.key.startswith("throughput/")]))
         sections.append(("Throughput against the last good night",
-                         "Ratio of our tokens/s to transformers' in the same run (bert_pipeline.bench.model_throughput).",
+                         "Ratio of our tokens/s to transformers' in the same run (evaluation.model_throughput).",
                          [f for f in vs_last if f.key.startswith("throughput/")]))
     vs_champion = []
     for name, cand in sorted(candidates.items()):
@@ -268,8 +227,8 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
 
         tracker.set_tags({**standard_tags(None), STATUS_TAG: status, "nightly.regressions": str(len(regressions))})
-        tracker.log_params({**pins, "quality_tolerance": quality_tolerance,
-                            "throughput_tolerance": throughput_tolerance,
+        tracker.log_params({**pins, "quality_tolerance": tolerances.quality,
+                            "throughput_tolerance": tolerances.throughput,
                             **{f"version.{n}.{s['role']}": s["version"] for n, s in
                                [*champions.items(), *candidates.items()]}})
         tracker.log_metrics(tonight, step=0)

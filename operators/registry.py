@@ -287,6 +287,11 @@ def model_dir_from_uri(uri: str, dst: str, tracking_uri: str | None = None) -> P
     return configs[0].parent
 
 
+def version_tags(name: str, version: str, tracking_uri: str | None = None) -> dict[str, str]:
+    """The tags of one registered version (e.g. `output`: the training output it was registered from)."""
+    return dict(_client(tracking_uri).get_model_version(name, version).tags)
+
+
 def latest_versions(name: str, tracking_uri: str | None = None) -> dict[str, str | None]:
     """{"champion": version or None, "newest": the highest version number or None} of a registered model."""
     client = _client(tracking_uri)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, dag
 
+from evaluation.settings import NIGHTLY
 from operators import nightly
 from operators import tasks as ops
 from operators.airflow_tasks import bert_task
@@ -21,17 +22,19 @@ PARAMS = {
                   "bundled demo data (sst-2, squad). Its files' sha256 are recorded each night."),
     "work_dir": Param(None, type=["null", "string"], description="Where the night's outputs go; empty: "
                       "$BERT_PIPELINE_HOME/nightly/<run id>."),
-    "quality_tolerance": Param(0.01, type="number", minimum=0, description="Relative drop of a dev metric that "
-                               "counts as a regression (0.01 = 1% of the reference value)."),
-    "throughput_tolerance": Param(0.2, type="number", minimum=0, description="Relative drop of the "
-                                  "ours/transformers throughput ratio that counts as a regression."),
-    "throughput_configs": Param(["minilm_L6_H384"], type="array", description="Model sizes for the "
-                                "throughput benchmark (minilm_L6_H384, bert_base_L12_H768, ...); empty: skip."),
-    "throughput_steps": Param(6, type="integer", minimum=1, description="Measured steps per model and mode."),
-    "throughput_batch_size": Param(16, type="integer", minimum=1, description="Sequences per benchmark batch."),
-    "throughput_seq_len": Param(128, type="integer", minimum=8, description="Padded benchmark sequence length."),
-    "bench_dir": Param(None, type=["null", "string"], description="A directory whose model_throughput.py to run "
-                       "instead; empty: the installed benchmark (python -m bert_pipeline.bench.model_throughput)."),
+    "quality_tolerance": Param(NIGHTLY.tolerances.quality, type="number", minimum=0, description="Relative drop "
+                               "of a dev metric that counts as a regression (0.01 = 1% of the reference value)."),
+    "throughput_tolerance": Param(NIGHTLY.tolerances.throughput, type="number", minimum=0, description="Relative "
+                                  "drop of the ours/transformers throughput ratio that counts as a regression."),
+    "throughput_configs": Param(list(NIGHTLY.throughput.configs), type="array", description="Architectures for "
+                                "the throughput benchmark, as zoo names bert_LAYERS_HIDDEN_HEADS (bert_6_384_12: "
+                                "MiniLM's size; bert_12_768_12: BERT-base); empty: skip."),
+    "throughput_steps": Param(NIGHTLY.throughput.steps, type="integer", minimum=1,
+                              description="Measured steps per model and mode."),
+    "throughput_batch_size": Param(NIGHTLY.throughput.batch_size, type="integer", minimum=1,
+                                   description="Sequences per benchmark batch."),
+    "throughput_seq_len": Param(NIGHTLY.throughput.seq_len, type="integer", minimum=8,
+                                description="Padded benchmark sequence length."),
 }
 
 
@@ -55,8 +58,7 @@ def bert_nightly_regression():
         if not params["throughput_configs"]:
             return {}
         return nightly.throughput(work_dir, list(params["throughput_configs"]), params["throughput_steps"],
-                                  params["throughput_batch_size"], params["throughput_seq_len"],
-                                  params["bench_dir"] or None)
+                                  params["throughput_batch_size"], params["throughput_seq_len"])
 
     # none_failed: a registry with no benchmarked model maps `evaluate` to nothing (skipped); the night still
     # reports the throughput comparison.

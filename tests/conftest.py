@@ -57,7 +57,7 @@ LONG_FIRST = (
     "tests/test_demo.py",  # ~80 s
     "tests/bert_core/launch/test_ray_pretrain.py",  # ~75 s
     "tests/bert_core/deploy/test_export.py",  # ~70 s
-    "tests/bench/test_bench_scripts.py",  # ~60 s
+    "tests/evaluation/test_benchmarks.py",  # ~60 s
     "tests/bert_core/finetune/test_finetune.py",  # ~60 s
     "tests/test_serving_http.py",  # ~50 s: mlflow models serve
     "tests/bert_core/launch/test_ray_tune.py",  # ~50 s

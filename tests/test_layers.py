@@ -1,5 +1,5 @@
 """The import layering contract ([tool.importlinter] in pyproject.toml), checked with import-linter:
-bert_pipeline > pipelines > operators > bert_core, and the rules between bert_core's subpackages."""
+bert_pipeline > pipelines > operators > evaluation > bert_core, and the rules between bert_core's subpackages."""
 
 from __future__ import annotations
 
@@ -48,3 +48,23 @@ forbidden_modules = ["bert_core.deploy"]
     assert "deploy without the model BROKEN" in output, output
     assert "model without deploy KEPT" in output, output
     assert "bert_core.deploy.export -> bert_core.model." in output, output
+
+
+def test_the_layer_check_sees_the_nightly_use_the_benchmark(tmp_path):
+    """evaluation sits between operators and bert_core; the nightly imports the throughput benchmark (no module
+    string in a subprocess), so the layers contract sees that edge: with the two layers swapped it is broken there."""
+    config = tmp_path / "importlinter.toml"
+    config.write_text("""
+[tool.importlinter]
+root_packages = ["evaluation", "operators"]
+
+[[tool.importlinter.contracts]]
+name = "evaluation above operators"
+type = "layers"
+layers = ["evaluation", "operators"]
+""")
+    result = lint_imports("--config", str(config))
+    output = f"{result.stdout}\n{result.stderr}"
+    assert result.returncode != 0, output
+    assert "evaluation above operators BROKEN" in output, output
+    assert "operators.nightly -> evaluation.model_throughput" in output, output

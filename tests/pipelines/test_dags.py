@@ -115,4 +115,11 @@ def test_nightly_dag_is_scheduled_daily_and_maps_over_models(dagbag):
                            ("throughput", "compare_and_report")}
     assert {t.task_id for t in dag.tasks if t.is_mapped} == {"evaluate"}
     assert dag.get_task("compare_and_report").trigger_rule == "none_failed"
-    assert dag.params["quality_tolerance"] == 0.01
+    # The defaults are evaluation.settings.NIGHTLY's (the one copy; operators.nightly uses it too).
+    from evaluation.settings import NIGHTLY
+
+    assert (dag.params["quality_tolerance"], dag.params["throughput_tolerance"]) == (
+        NIGHTLY.tolerances.quality, NIGHTLY.tolerances.throughput) == (0.01, 0.2)
+    assert (dag.params["throughput_configs"], dag.params["throughput_steps"], dag.params["throughput_batch_size"],
+            dag.params["throughput_seq_len"]) == (list(NIGHTLY.throughput.configs), NIGHTLY.throughput.steps,
+                                                  NIGHTLY.throughput.batch_size, NIGHTLY.throughput.seq_len)

@@ -16,7 +16,7 @@ from tests.airflow_home import migrated_home
 
 pytestmark = pytest.mark.slow
 
-CONF = {"throughput_configs": ["minilm_L6_H384"], "throughput_steps": 1, "throughput_batch_size": 2,
+CONF = {"throughput_configs": ["bert_6_384_12"], "throughput_steps": 1, "throughput_batch_size": 2,
         "throughput_seq_len": 16, "throughput_tolerance": 1.0}  # speed is reported, never asserted in tests
 
 
@@ -71,7 +71,7 @@ def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, mi
     # Re-measured on the pinned data with the model's own settings: exactly what fine-tuning recorded.
     recorded = manifest.read(tmp_path / "ft")["metrics"]
     assert runs[0].data.metrics["bert-sst-2/accuracy"] == pytest.approx(recorded["accuracy"], abs=1e-12)
-    assert runs[0].data.metrics["throughput/minilm_L6_H384/train"] > 0
+    assert runs[0].data.metrics["throughput/bert_6_384_12/train"] > 0
     report = (tmp_path / "night1" / "report" / "report.md").read_text()
     assert "**PASSED**" in report and "first reference" in report
     assert (tmp_path / "night1" / "report" / "plots" / "bert-sst-2.png").stat().st_size > 1000

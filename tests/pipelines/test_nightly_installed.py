@@ -2,7 +2,8 @@
 
 A wheel of the project is built (offline, with the setuptools already installed), installed with --no-deps in
 a fresh venv that sees this venv's dependencies (torch, transformers, ...) through a .pth path line, and
-operators.nightly.throughput runs from a directory outside the checkout, exactly as the DAG's task calls it.
+operators.nightly.throughput (evaluation.model_throughput, in-process) runs from a directory outside the checkout,
+exactly as the DAG's task calls it.
 """
 
 from __future__ import annotations
@@ -24,17 +25,18 @@ pytestmark = pytest.mark.slow
 
 # What the wheel is built from (pyproject.toml's packages.find and readme); copied so the build's build/ and
 # egg-info never land in the checkout, where other runs may build at the same time.
-SOURCES = ["pyproject.toml", "README.md", "bert_core", "bert_pipeline", "operators", "pipelines"]
+SOURCES = ["pyproject.toml", "README.md", "bert_core", "bert_pipeline", "evaluation", "operators", "pipelines"]
 
 NIGHT = """
-import importlib.util, json, sys
-import bert_core, bert_pipeline, operators, pipelines
+import json, sys
+import bert_core, bert_pipeline, evaluation, operators, pipelines
+from evaluation import model_throughput
 from operators import nightly
 work = sys.argv[1]
-speed = nightly.throughput(work, ["minilm_L6_H384"], steps=1, batch_size=2, seq_len=16, threads=1)
-files = {m.__name__: m.__file__ for m in (bert_core, bert_pipeline, operators, pipelines, nightly)}
-files["bench"] = importlib.util.find_spec(nightly.THROUGHPUT_MODULE).origin
-print(json.dumps({"speed": speed, "files": files, "command": nightly.throughput_command()}))
+speed = nightly.throughput(work, ["bert_6_384_12"], steps=1, batch_size=2, seq_len=16, threads=1)
+files = {m.__name__: m.__file__ for m in (bert_core, bert_pipeline, evaluation, operators, pipelines, nightly,
+                                          model_throughput)}
+print(json.dumps({"speed": speed, "files": files}))
 """
 
 
@@ -55,7 +57,7 @@ def test_nightly_throughput_runs_from_a_wheel_install(tmp_path):
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", "-q"]
     _run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", tmp_path / "dist", src], tmp_path)
     (wheel,) = (tmp_path / "dist").glob("bert_pipeline-*.whl")
-    assert "bert_pipeline/bench/model_throughput.py" in zipfile.ZipFile(wheel).namelist()
+    assert "evaluation/model_throughput.py" in zipfile.ZipFile(wheel).namelist()
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", venv], tmp_path)
@@ -78,12 +80,14 @@ def test_nightly_throughput_runs_from_a_wheel_install(tmp_path):
         path = Path(file).resolve()
         assert path.is_relative_to(site.resolve()), (name, file)
         assert not path.is_relative_to(REPO), (name, file)
-    assert result["command"] == [str(python), "-P", "-m", "bert_pipeline.bench.model_throughput"]
-    assert set(result["speed"]) == {"throughput/minilm_L6_H384/train", "throughput/minilm_L6_H384/infer"}
+    assert set(result["speed"]) == {"throughput/bert_6_384_12/train", "throughput/bert_6_384_12/infer"}
     assert all(v > 0 for v in result["speed"].values())
     report = json.loads((tmp_path / "work" / "model_throughput.json").read_text())
     assert set(report) == {"machine", "args", "rows"}
-    assert report["machine"]["command"].startswith("python -m bert_pipeline.bench.model_throughput --configs")
+    assert report["machine"]["command"].startswith("python -m evaluation.model_throughput --configs bert_6_384_12")
+    # The benchmarks start as modules of the installed package too (`python -m evaluation.<name>`).
+    assert "python -m evaluation.model_throughput" in _run([python, "-P", "-m", "evaluation.model_throughput",
+                                                            "--help"], outside, env)
     for row in report["rows"]:
         assert {"config", "mode", "ours_tokens_per_s", "transformers_tokens_per_s",
                 "ratio_ours_over_transformers"} <= set(row)

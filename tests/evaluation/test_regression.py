@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from operators.regression import Tolerances, compare, plot_history, render_report
+from evaluation.regression import Tolerances, compare, plot_history, render_report
 
 TOL = Tolerances(quality=0.01, throughput=0.2)
 

@@ -1,6 +1,6 @@
 """Throughput and peak memory of `bert-pipeline make-shards`, against Google's create_pretraining_data.py.
 
-    python bench/make_shards.py --vocab ../shared/data/bert/vocab/uncased_L-12_H-768_A-12.vocab.txt \
+    python -m evaluation.make_shards --vocab ../shared/data/bert/vocab/uncased_L-12_H-768_A-12.vocab.txt \
         --corpus-mb 10 --scales 1,10 --workers 2 \
         --reference-script /path/to/create_pretraining_data.py \
         --out-json bench-results/make_shards.json --out-md docs/benchmarks-make-shards.md
@@ -40,7 +40,6 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
 FLAGS = dict(max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15, short_seq_prob=0.1,
              dupe_factor=5, random_seed=12345)
 
@@ -173,6 +172,8 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None, log: Path | 
 def run_ours(corpus: Path, vocab: Path, out: Path, workers: int, extra: list[str] | None = None,
              pss: bool = False) -> dict:
     shutil.rmtree(out, ignore_errors=True)
+    # What is measured is the command users run, in a process tree of its own (wall time, CPU and peak memory
+    # of it and its workers): a child process is the point, not a way around an import.
     cmd = [sys.executable, "-m", "bert_pipeline.cli", "make-shards", str(corpus), "--output", str(out),
            "--vocab", str(vocab), "--workers", str(workers), "--no-progress", "--overwrite",
            *[f"--{k.replace('_', '-')}={v}" for k, v in FLAGS.items()], *(extra or [])]
@@ -186,7 +187,7 @@ def run_ours(corpus: Path, vocab: Path, out: Path, workers: int, extra: list[str
 
 
 def run_reference(script: Path, corpus: Path, vocab: Path, out: Path) -> dict:
-    cmd = [sys.executable, str(ROOT / "bench" / "tf1_compat_run.py"), str(script), f"--input_file={corpus}",
+    cmd = [sys.executable, "-m", "evaluation.tf1_compat_run", str(script), f"--input_file={corpus}",
            f"--output_file={out}", f"--vocab_file={vocab}", "--do_lower_case=True",
            *[f"--{k}={v}" for k, v in FLAGS.items()]]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
@@ -233,7 +234,6 @@ def sorted_rows(arrays: dict[str, np.ndarray]) -> list[tuple]:
 
 
 def check_exact(script: Path, corpus: Path, vocab: Path, work: Path) -> dict:
-    sys.path.insert(0, str(ROOT))
     from bert_core.data.shard_format import list_shards, read_shard
 
     ours = work / "exact-ours"
@@ -331,7 +331,8 @@ def markdown(report: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m evaluation.make_shards", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vocab", type=Path, required=True, help="uncased BERT vocab.txt")
     parser.add_argument("--corpus", type=Path, help="use this segmented corpus instead of generating one")
     parser.add_argument("--corpus-note", help="how to describe --corpus in the report (default: its path)")
@@ -349,7 +350,7 @@ def main() -> None:
     parser.add_argument("--check-exact", type=float, metavar="MB", default=0.0,
                         help="with --reference-script: compare instances one by one on a corpus of this size")
     parser.add_argument("--work-dir", type=Path, help="where corpora and outputs go (default: a temp dir)")
-    parser.add_argument("--out-json", type=Path, default=ROOT / "bench-results" / "make_shards.json")
+    parser.add_argument("--out-json", type=Path, default=Path("bench-results") / "make_shards.json")
     parser.add_argument("--out-md", type=Path)
     args = parser.parse_args()
 
@@ -363,7 +364,7 @@ def main() -> None:
     corpus = args.corpus or generate_corpus(work / "corpus-1x.txt", vocab, args.corpus_mb, seed=1)
     report: dict = {
         "date": dt.date.today().isoformat(),
-        "command": "python " + shlex.join([os.path.relpath(__file__, ROOT), *sys.argv[1:]]),
+        "command": "python " + shlex.join(["-m", "evaluation.make_shards", *sys.argv[1:]]),
         "machine": {"cpus": os.cpu_count(), "processor": platform.processor(), "machine": platform.machine(),
                     "memory_gb": psutil.virtual_memory().total / 1e9, "python": platform.python_version(),
                     "platform": platform.platform()},
@@ -424,7 +425,7 @@ def main() -> None:
                            **check_exact(args.reference_script, small, vocab, work)}
         print("exact", report["exact"], flush=True)
     args.out_json.parent.mkdir(parents=True, exist_ok=True)
-    report["json_path"] = os.path.relpath(args.out_json, ROOT)
+    report["json_path"] = os.path.relpath(args.out_json)
     args.out_json.write_text(json.dumps(report, indent=2) + "\n")
     if args.out_md:
         args.out_md.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ well beyond that means our fine-tuning differs from the reference. Also reported
 baseline (the dev metric of always predicting the training set's most frequent label) and, for
 context, the published BERT-base dev figure (a 12-layer model fine-tuned on all the data, on GPUs).
 
-    python bench/finetune_accuracy.py --task SST-2 --data-dir /work/shared/data/glue/SST-2 \\
+    python -m evaluation.finetune_accuracy --task SST-2 --data-dir /work/shared/data/glue/SST-2 \\
         --max-train-examples 4000 --epochs 1 --out-json bench-results/ft_sst2.json --out-md bench-results/ft_sst2.md
 
 SQuAD (`--task squad`): the peer is transformers' BertForQuestionAnswering trained the way transformers'
@@ -21,11 +21,11 @@ through the same post-processing (bert_core.finetune.tasks.squad.postprocess) an
 official-equivalent scorer, so only the training differs. The baselines are a first-entity answer (the
 context's first name or number) and a question-overlap heuristic (the first name or number, not in
 the question, of the context sentence sharing most words with the question). With
---synthetic-train-questions the data is our own templated set (bench/squad_synthetic.py), written first.
+--synthetic-train-questions the data is our own templated set (evaluation.squad_synthetic), written first.
 One epoch on a small set lands far apart from seed to seed with dropout on (docs/benchmarks-finetune.md);
 --dropout 0 takes the dropout draws out of the comparison, for both systems:
 
-    python bench/finetune_accuracy.py --task squad --synthetic-train-questions 2000 --epochs 1 --lr 1e-4 \\
+    python -m evaluation.finetune_accuracy --task squad --synthetic-train-questions 2000 --epochs 1 --lr 1e-4 \\
         --max-len 128 --doc-stride 64 --out-json bench-results/ft_squad.json --out-md bench-results/ft_squad.md
 
 Prints a Markdown table (and writes it with --out-md) and writes the rows, settings and machine
@@ -327,13 +327,14 @@ def squad_baselines(args) -> dict[str, dict[str, float]]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m evaluation.finetune_accuracy", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", required=True, help="GLUE task name, xnli (classification tasks) or squad (v1.1)")
     p.add_argument("--data-dir", help="the task's directory (train.tsv, dev.tsv, ...; SQuAD: train-v1.1.json, "
                    "dev-v1.1.json); with --synthetic-train-questions, where the synthetic set is written "
                    "(default: the work dir)")
     p.add_argument("--synthetic-train-questions", type=int, default=None,
-                   help="SQuAD: generate our own templated set (bench/squad_synthetic.py) with this many training "
+                   help="SQuAD: generate our own templated set (evaluation.squad_synthetic) with this many training "
                    "questions and use it")
     p.add_argument("--synthetic-dev-questions", type=int, default=400,
                    help="SQuAD: dev questions of the synthetic set (default 400)")
@@ -392,8 +393,7 @@ def main() -> None:
     if args.synthetic_train_questions:
         if task.kind != "squad":
             raise SystemExit("--synthetic-train-questions is for --task squad")
-        sys.path.insert(0, str(Path(__file__).parent))
-        from squad_synthetic import write_squad
+        from evaluation.squad_synthetic import write_squad
 
         args.data_dir = str(write_squad(args.data_dir or work / "squad-synthetic", args.synthetic_train_questions,
                                         args.synthetic_dev_questions, args.synthetic_seed))
@@ -451,7 +451,7 @@ def main() -> None:
                    f"{peer['load_before'][0]}/{peer['load_after'][0]}")
     table = "\n".join(lines) + timing + "\n"
     print(table)
-    command = " ".join(shlex.quote(a) for a in [sys.executable.rsplit("/", 1)[-1], *sys.argv])
+    command = shlex.join(["python", "-m", "evaluation.finetune_accuracy", *sys.argv[1:]])
     if args.out_md:
         args.out_md.parent.mkdir(parents=True, exist_ok=True)
         args.out_md.write_text(table)

@@ -1,4 +1,4 @@
-"""Regression comparison for the nightly benchmark: tonight's numbers against a reference, within tolerances,
+"""The regression judgment of the nightly benchmark: tonight's numbers against a reference, within tolerances,
 and the Markdown report with plots that the `bert_nightly_regression` DAG logs to MLflow.
 
 Pure functions on plain dicts (no MLflow, no Airflow), so the rule itself is unit-tested.
@@ -26,6 +26,7 @@ class Tolerances:
     quality: relative drop allowed for task metrics (0.01 = 1% of the reference value; scale-free, so it
     suits accuracy in [0, 1] and SQuAD F1 in [0, 100] alike). quality_abs: a floor on the allowed drop, so
     tiny references do not make noise a regression. throughput: relative drop allowed for speed ratios.
+    The field defaults are the nightly's tolerances (evaluation.settings.NIGHTLY takes them from here).
     """
 
     quality: float = 0.01

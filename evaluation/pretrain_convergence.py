@@ -18,7 +18,7 @@ Reported per model size: held-out accuracy at equal steps, and the training wall
 time excluded for both) ours needs to reach the peer's final held-out masked-LM accuracy, as a ratio
 of the peer's time. Timings are never asserted anywhere; the figures go to --out-json and a plot.
 
-    python bench/pretrain_convergence.py --configs bert_2_128_2 --steps 600 --out-json bench-results/conv.json
+    python -m evaluation.pretrain_convergence --configs bert_2_128_2 --steps 600 --out-json bench-results/conv.json
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "corpus" / "wiki_docs.txt"
-DEFAULT_VOCAB = REPO.parent / "shared" / "data" / "bert" / "vocab" / "uncased_L-12_H-768_A-12.vocab.txt"
+from evaluation.shared_data import SHARED_DATA, existing
+
+DEFAULT_CORPUS = SHARED_DATA / "corpus" / "wiki_docs.txt"
+DEFAULT_VOCAB = SHARED_DATA / "bert" / "vocab" / "uncased_L-12_H-768_A-12.vocab.txt"
 
 
 # --------------------------------------------------------------------------- data
@@ -265,7 +266,7 @@ def plot(results: dict, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m evaluation.pretrain_convergence", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="raw text, documents separated by blank lines")
     parser.add_argument("--vocab", default=str(DEFAULT_VOCAB), help="WordPiece vocab.txt for the shards and models")
@@ -300,6 +301,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out-json", default="bench-results/pretrain_convergence.json")
     parser.add_argument("--plot", default=None, help="PNG of accuracy against time (default: next to --out-json)")
     args = parser.parse_args(argv)
+    existing(parser, "--corpus", args.corpus)
+    existing(parser, "--vocab", args.vocab)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(max(1, torch.get_num_threads()))
 

@@ -1,0 +1,81 @@
+"""The benchmarks are modules of the `evaluation` package: each starts as `python -m evaluation.<name>` wherever
+the package is importable (as from an installed package, not only from a checkout's own directory), refuses a
+missing input by naming its flag, and the throughput benchmark's function is what the nightly calls."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.paths import REPO
+
+MODULES = ["model_throughput", "pretrain_throughput", "pretrain_convergence", "make_shards", "finetune_accuracy",
+           "squad_synthetic", "serving_latency", "embedding_throughput", "tf1_compat_run"]
+
+
+def run_module(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    # -P: neither the current directory nor a script's directory goes on sys.path, so the package is found the
+    # way an installed one is (here through PYTHONPATH: this checkout, until the project is reinstalled with
+    # `evaluation` in its editable mapping).
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-P", "-m", f"evaluation.{name}", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_every_benchmark_file_is_listed():
+    files = {p.stem for p in (REPO / "evaluation").glob("*.py")}
+    assert set(MODULES) <= files
+    assert not (REPO / "bench").exists() and not (REPO / "bert_pipeline" / "bench").exists()
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_module_starts_outside_the_checkout(name, tmp_path):
+    done = run_module(name, "--help", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"python -m evaluation.{name}" in done.stdout
+
+
+def test_missing_shared_data_names_the_flag(tmp_path):
+    done = run_module("pretrain_convergence", "--corpus", str(tmp_path / "nowhere.txt"), cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"--corpus {tmp_path / 'nowhere.txt'}: not found; pass --corpus" in done.stderr, done.stderr
+
+
+def test_shared_data_defaults_sit_next_to_the_checkout():
+    from evaluation import pretrain_convergence, serving_latency
+
+    shared = REPO.parent / "shared" / "data"
+    assert pretrain_convergence.DEFAULT_VOCAB.is_relative_to(shared)
+    assert serving_latency.DEFAULT_DATA == shared / "glue" / "SST-2"
+
+
+def test_an_unknown_architecture_names_the_flag(tmp_path):
+    done = run_module("model_throughput", "--configs", "minilm_L6_H384", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "argument --configs: unknown model 'minilm_L6_H384'" in done.stderr, done.stderr
+    assert "bert_LAYERS_HIDDEN_HEADS" in done.stderr
+
+
+def test_measure_throughput_in_process_gives_back_the_thread_count():
+    import torch
+
+    from evaluation.model_throughput import measure_throughput
+    from evaluation.settings import ThroughputRun
+
+    before = torch.get_num_threads()
+    lines: list[str] = []
+    run = ThroughputRun(configs=("bert_2_64_2",), modes=("infer",), batch_size=2, seq_len=16, steps=1, warmup=0,
+                        device="cpu", threads=before + 1)
+    report = measure_throughput(run, log=lines.append)
+    assert torch.get_num_threads() == before
+    (row,) = report["rows"]
+    assert (row["config"], row["mode"], row["batch_size"], row["seq_len"]) == ("bert_2_64_2", "infer", 2, 16)
+    assert report["machine"]["threads"] == before + 1
+    assert report["machine"]["command"] == ("python -m evaluation.model_throughput --configs bert_2_64_2 --modes "
+                                            "infer --batch-size 2 --seq-len 16 --steps 1 --warmup 0 --dtype float32 "
+                                            f"--device cpu --threads {before + 1}")
+    assert lines[0].startswith("| config | mode |") and lines[2].startswith("| bert_2_64_2 | infer |")

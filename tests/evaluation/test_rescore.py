@@ -1,0 +1,25 @@
+"""Re-scoring a model directory on pinned dev data: fine-tuning's own scores, the files written, the data pinned."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from evaluation.rescore import dev_files_sha256, rescore
+from tests import toy_tasks
+from tests.tiny_bert import write_tiny_bert
+
+
+def test_rescore_writes_predictions_and_pins_the_dev_file(tmp_path):
+    model = write_tiny_bert(tmp_path / "tiny")
+    data = toy_tasks.write_sst2(tmp_path / "sst2", n_train=8, n_dev=12)
+    out = tmp_path / "scored"
+    result = rescore(model, "SST-2", str(data), str(out), {"max_len": 32})
+    assert set(result) == {"metrics", "data_sha256"}
+    assert 0 <= result["metrics"]["accuracy"] <= 1
+    assert json.loads((out / "metrics.json").read_text()) == result["metrics"]
+    assert result["data_sha256"] == {"dev.tsv": hashlib.sha256((data / "dev.tsv").read_bytes()).hexdigest()}
+
+    # Another dev file is another pin: the nightly does not compare nights across it.
+    (data / "dev.tsv").write_text((data / "dev.tsv").read_text() + "a new sentence\t1\n")
+    assert dev_files_sha256("sst-2", str(data)) != result["data_sha256"]
