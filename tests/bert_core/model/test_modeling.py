@@ -282,7 +282,7 @@ def test_bf16_autocast_runs_and_stays_close():
 
 @pytest.mark.parametrize("seq", [16, 128])
 def test_encoder_flops_per_token_counts_what_the_model_computes(seq):
-    """The MFU figures of bench/pretrain_throughput.py divide by this count: it must equal the matmul FLOPs
+    """The MFU figures of evaluation.pretrain_throughput divide by this count: it must equal the matmul FLOPs
     torch's own counter sees in a forward pass (attention on the math kernel, whose products it can see)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
