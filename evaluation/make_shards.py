@@ -208,7 +208,11 @@ def count_tfrecords(path: Path) -> int:
 
 
 def reference_instances(tfrecord: Path) -> dict[str, np.ndarray]:
-    import tensorflow as tf
+    try:
+        import tensorflow as tf
+    except ImportError:
+        raise SystemExit("--check-exact reads the reference's TFRecords with TensorFlow: install the `tf` extra "
+                         "(pip install 'bert-pipeline[tf]')") from None
 
     keys = {"input_ids": 128, "segment_ids": 128, "masked_lm_positions": 20, "masked_lm_ids": 20,
             "masked_lm_weights": 20, "next_sentence_labels": 1, "input_mask": 128}

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from evaluation.shared_data import SHARED_DATA, existing
+from evaluation.default_inputs import SHARED_DATA, existing
 
 DEFAULT_CORPUS = SHARED_DATA / "corpus" / "wiki_docs.txt"
 DEFAULT_VOCAB = SHARED_DATA / "bert" / "vocab" / "uncased_L-12_H-768_A-12.vocab.txt"

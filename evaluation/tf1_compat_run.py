@@ -21,7 +21,11 @@ def main() -> None:
     script = Path(sys.argv[1]).resolve()
     if not script.is_file():
         raise SystemExit(f"{script}: no such script (the first argument: the TF1 script to run)")
-    import tensorflow.compat.v1 as tf1
+    try:
+        import tensorflow.compat.v1 as tf1
+    except ImportError:
+        raise SystemExit("a TF1 script needs TensorFlow: install the `tf` extra (pip install 'bert-pipeline[tf]')") \
+            from None
 
     # Submodules already imported (tensorflow.compat, ...) stay reachable through sys.modules.
     sys.modules["tensorflow"] = tf1

@@ -16,7 +16,7 @@ from importlib.metadata import packages_distributions
 
 from tests.paths import REPO
 
-PACKAGES = ("bert_core", "bert_pipeline", "operators", "pipelines")
+PACKAGES = ("bert_core", "bert_pipeline", "evaluation", "operators", "pipelines")
 # Import names whose distribution is one of a declared dependency's own parts.
 PART_OF = {"airflow": "apache-airflow"}
 

