@@ -14,9 +14,11 @@ from bert_core.options import option_default, option_type
 _JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}
 
 
-def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, Any] | None = None,
+                  notes: dict[str, str] | None = None) -> dict[str, Any]:
     """Params for the fields `names` of `config_cls`, in that order. `defaults`: the DAG's own choice for a few
-    of them (e.g. a small model for a first run), said in the description."""
+    of them (e.g. a small model for a first run), said in the description. `notes`: a sentence added to a
+    field's description (e.g. what an empty value comes to with the DAG's defaults)."""
     from airflow.sdk import Param
 
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
@@ -34,10 +36,13 @@ def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, An
         default = defaults.get(name, library_default)
         nullable = nullable or default is None
         description = meta.get("help", "")
+        description += "." if description and not description.endswith(".") else ""
         if meta.get("default_help") and name not in defaults:
             description += f" Empty: {meta['default_help']}."
         elif name in defaults:
             description += f" (Library default: {library_default}.)"
+        if notes and name in notes:
+            description += f" {notes[name]}"
         schema: dict[str, Any] = {"type": [kind, "null"] if nullable else kind}
         if meta.get("choices") is not None:
             schema["enum"] = list(meta["choices"]) + ([None] if nullable else [])

@@ -9,6 +9,8 @@ from __future__ import annotations
 from airflow.sdk import Param, dag
 
 from bert_core.data.instances import ShardConfig
+from bert_core.model.zoo import architecture_config
+from bert_core.pretrain import recipe
 from bert_core.pretrain.config import PretrainConfig
 from operators import tasks as ops
 from operators.airflow_tasks import bert_task
@@ -26,6 +28,11 @@ PRETRAIN_SETTINGS = ("model", "pretrained", "num_steps", "batch_size", "accumula
 # A first run on the bundled corpus finishes in minutes; the promotion gate needs held-out documents.
 DAG_DEFAULTS = {"model": "bert_2_128_2", "num_steps": 100, "batch_size": 64, "num_workers": 2,
                 "holdout_fraction": 0.05}
+# The learning rate an empty `lr` comes to with the defaults above, as a number on the form.
+LR_NOTE = (f"With this form's defaults (model {DAG_DEFAULTS['model']}, batch_size {DAG_DEFAULTS['batch_size']}, "
+           f"accumulate 1): "
+           f"{recipe.lr_example(architecture_config(DAG_DEFAULTS['model']).hidden_size, DAG_DEFAULTS['batch_size'])}; "
+           "the run's log and its MLflow params show the value it used.")
 
 PARAMS = {
     "inputs": Param([], type=["array", "null"], description="Raw text files, directories or globs (local or "
@@ -42,7 +49,7 @@ PARAMS = {
                                 "{\"max_seq_length\": 512, \"max_predictions_per_seq\": 80, \"num_steps\": "
                                 "100000}]. Empty: one phase with the settings below."),
     **config_params(ShardConfig, SHARD_SETTINGS, DAG_DEFAULTS),
-    **config_params(PretrainConfig, PRETRAIN_SETTINGS, DAG_DEFAULTS),
+    **config_params(PretrainConfig, PRETRAIN_SETTINGS, DAG_DEFAULTS, notes={"lr": LR_NOTE}),
 }
 
 

@@ -61,6 +61,14 @@ def test_inputs_param_may_be_left_empty():
     assert "null" in PARAMS["inputs"].schema["type"]
 
 
+def test_the_forms_lr_description_gives_the_rules_value():
+    """An empty lr is the rule's: the form says which number that is with its default model and batch."""
+    from pipelines.bert_pretraining import PARAMS
+
+    assert "bert_core/pretrain/recipe.py" in PARAMS["lr"].description
+    assert "lr 2.00e-03 for hidden 128, global batch 64" in PARAMS["lr"].description
+
+
 def test_pretrain_and_make_shards_settings_are_config_fields(tmp_path):
     with pytest.raises(BertPipelineError, match="unknown lrate; known: .*lr"):
         ops.pretrain(str(tmp_path), str(tmp_path / "out"), {"model": "bert_2_128_2", "lrate": 1e-3})
