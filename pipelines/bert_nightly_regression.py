@@ -10,8 +10,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, dag
 
-from operators import nightly
-from operators import tasks as ops
+from operators import locations, nightly
 from operators.airflow_tasks import bert_task
 
 PARAMS = {
@@ -40,7 +39,7 @@ PARAMS = {
 def bert_nightly_regression():
     @bert_task
     def work_dir(params=None, run_id=None) -> str:
-        return ops.work_dir(params, run_id, "nightly")
+        return locations.work_dir(params, run_id, "nightly")
 
     @bert_task
     def plan(params=None) -> list[dict]:
