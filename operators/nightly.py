@@ -37,7 +37,7 @@ HISTORY_NIGHTS = 14
 
 
 def _bundled_data() -> dict[str, str]:
-    from operators.tasks import demo_data
+    from operators.locations import demo_data
 
     return {"sst-2": demo_data("sst2"), "squad": demo_data("squad")}
 

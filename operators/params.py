@@ -5,18 +5,25 @@ default in a DAG file), and a run's conf is checked against the same config befo
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bert_core.errors import BertPipelineError
 from bert_core.options import option_default, option_type
 
+log = logging.getLogger(__name__)
+
 _JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}
 
 
-def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, Any] | None = None,
+                  notes: dict[str, str] | None = None, prefix: str = "", label: str = "") -> dict[str, Any]:
     """Params for the fields `names` of `config_cls`, in that order. `defaults`: the DAG's own choice for a few
-    of them (e.g. a small model for a first run), said in the description."""
+    of them (e.g. a small model for a first run), said in the description. `notes`: a sentence added to a
+    field's description (e.g. what an empty value comes to with the DAG's defaults). `prefix` and `label`: for
+    a DAG that runs two steps with fields of the same name (the demo's `pretrain_num_workers` and
+    `finetune_num_workers`), the Param is `prefix + field` and its description starts with `label`."""
     from airflow.sdk import Param
 
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
@@ -33,21 +40,54 @@ def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, An
         library_default = None if library_default is dataclasses.MISSING else library_default
         default = defaults.get(name, library_default)
         nullable = nullable or default is None
-        description = meta.get("help", "")
+        description = (f"{label}: " if label else "") + meta.get("help", "")
+        description += "." if description and not description.endswith(".") else ""
         if meta.get("default_help") and name not in defaults:
             description += f" Empty: {meta['default_help']}."
         elif name in defaults:
             description += f" (Library default: {library_default}.)"
+        if notes and name in notes:
+            description += f" {notes[name]}"
         schema: dict[str, Any] = {"type": [kind, "null"] if nullable else kind}
         if meta.get("choices") is not None:
             schema["enum"] = list(meta["choices"]) + ([None] if nullable else [])
-        params[name] = Param(default, description=description[:1].upper() + description[1:], **schema)
+        params[prefix + name] = Param(default, description=description[:1].upper() + description[1:], **schema)
     return params
 
 
-def settings_from(params: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
-    """The run's values of `names` (a conf may leave a nullable Param at None: the library's default)."""
-    return {name: params[name] for name in names if name in params and params[name] is not None}
+def settings_from(params: dict[str, Any], names: Sequence[str], prefix: str = "") -> dict[str, Any]:
+    """The run's values of `names` (Params `prefix + name`; a conf may leave a nullable Param at None: the
+    library's default)."""
+    return {name: params[prefix + name] for name in names if params.get(prefix + name) is not None}
+
+
+def known_settings(config_cls: type, settings: dict[str, Any] | None, what: str,
+                   exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`settings`, checked to be fields of `config_cls`: a misspelt one is an error naming it and the known ones."""
+    settings = dict(settings or {})
+    known = {f.name for f in dataclasses.fields(config_cls)} - set(exclude)
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise BertPipelineError(f"{what}: unknown {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return settings
+
+
+def renamed_params(params: dict[str, Any], renamed: Mapping[str, str], defaults: Mapping[str, Any],
+                   dag_id: str) -> dict[str, Any]:
+    """`params` with each deprecated key (`renamed`: old -> current name, for keys that shipped in a DAG's form)
+    moved to its current name, with a warning. A conf giving both, with different values (the current one not
+    left at its default), is an error: which one was meant cannot be told."""
+    params = dict(params)
+    for old, new in renamed.items():
+        if old not in params:
+            continue
+        value = params.pop(old)
+        log.warning("%s conf: %r is deprecated; write %r", dag_id, old, new)
+        if params.get(new, defaults.get(new)) not in (defaults.get(new), value):
+            raise BertPipelineError(f"{dag_id} conf: {old} (the deprecated name of {new}) is {value!r} and {new} is "
+                                    f"{params[new]!r}; give {new} only")
+        params[new] = value
+    return params
 
 
 def check_conf_keys(params: dict[str, Any], declared: Sequence[str], dag_id: str) -> None:

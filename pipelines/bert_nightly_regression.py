@@ -11,8 +11,7 @@ import pendulum
 from airflow.sdk import Param, dag
 
 from evaluation.settings import NIGHTLY
-from operators import nightly
-from operators import tasks as ops
+from operators import locations, nightly
 from operators.airflow_tasks import bert_task
 
 PARAMS = {
@@ -43,7 +42,7 @@ PARAMS = {
 def bert_nightly_regression():
     @bert_task
     def work_dir(params=None, run_id=None) -> str:
-        return ops.work_dir(params, run_id, "nightly")
+        return locations.work_dir(params, run_id, "nightly")
 
     @bert_task
     def plan(params=None) -> list[dict]:

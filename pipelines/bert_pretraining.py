@@ -9,10 +9,14 @@ from __future__ import annotations
 from airflow.sdk import Param, dag
 
 from bert_core.data.instances import ShardConfig
+from bert_core.model.zoo import architecture_config
+from bert_core.pretrain import recipe
 from bert_core.pretrain.config import PretrainConfig
+from operators import plan_pretraining as planning
 from operators import tasks as ops
 from operators.airflow_tasks import bert_task
 from operators.params import config_params
+from operators.plan_pretraining import PhasePlan, PretrainingPlan
 
 # Every setting of a production run is a Param, generated from the library's config fields (same default,
 # type, choices and help as the CLI): make-shards' masking, and pretrain's model, optimization, precision,
@@ -26,6 +30,11 @@ PRETRAIN_SETTINGS = ("model", "pretrained", "num_steps", "batch_size", "accumula
 # A first run on the bundled corpus finishes in minutes; the promotion gate needs held-out documents.
 DAG_DEFAULTS = {"model": "bert_2_128_2", "num_steps": 100, "batch_size": 64, "num_workers": 2,
                 "holdout_fraction": 0.05}
+# The learning rate an empty `lr` comes to with the defaults above, as a number on the form.
+LR_NOTE = (f"With this form's defaults (model {DAG_DEFAULTS['model']}, batch_size {DAG_DEFAULTS['batch_size']}, "
+           f"accumulate 1): "
+           f"{recipe.lr_example(architecture_config(DAG_DEFAULTS['model']).hidden_size, DAG_DEFAULTS['batch_size'])}; "
+           "the run's log and its MLflow params show the value it used.")
 
 PARAMS = {
     "inputs": Param([], type=["array", "null"], description="Raw text files, directories or globs (local or "
@@ -42,35 +51,37 @@ PARAMS = {
                                 "{\"max_seq_length\": 512, \"max_predictions_per_seq\": 80, \"num_steps\": "
                                 "100000}]. Empty: one phase with the settings below."),
     **config_params(ShardConfig, SHARD_SETTINGS, DAG_DEFAULTS),
-    **config_params(PretrainConfig, PRETRAIN_SETTINGS, DAG_DEFAULTS),
+    **config_params(PretrainConfig, PRETRAIN_SETTINGS, DAG_DEFAULTS, notes={"lr": LR_NOTE}),
 }
 
 
 @dag(dag_id="bert_pretraining", schedule=None, catchup=False, params=PARAMS, tags=["bert"], doc_md=__doc__)
 def bert_pretraining():
-    @bert_task(multiple_outputs=True)
+    # The plan (operators.plan_pretraining.PretrainingPlan as JSON) is made once, here; every later task reads
+    # its piece of it, never the conf.
+    @bert_task
     def plan(params=None, run_id=None) -> dict:
-        return ops.plan_pretraining(params, run_id, SHARD_SETTINGS, PRETRAIN_SETTINGS, tuple(PARAMS))
+        return planning.plan(params, run_id, SHARD_SETTINGS, PRETRAIN_SETTINGS, tuple(PARAMS)).to_json()
 
     @bert_task
-    def segment(inputs: list[str], work_dir: str) -> list[str]:
-        return ops.segmented_files(ops.segment(inputs, f"{work_dir}/segmented"))
+    def segment(plan: dict) -> list[str]:
+        return ops.segmented_files(ops.segment(plan["inputs"], plan["segmented"]))
 
     @bert_task
-    def phases(work_dir: str, params=None) -> list[str]:
-        # Mapping needs a task's whole return value: the phase names ("" for a one-phase run), after the plan.
-        return [p["name"] for p in ops.pretraining_phases(params, SHARD_SETTINGS, PRETRAIN_SETTINGS)]
+    def phases(plan: dict) -> list[dict]:
+        # Mapping needs a task's whole return value: the plan's phases.
+        return plan["phases"]
 
     @bert_task
-    def make_shards(segmented_file: str, phase: str, work_dir: str, vocab: str, params=None) -> str:
-        return ops.make_shards(segmented_file, ops.shard_dir(work_dir, segmented_file, phase), vocab,
-                               ops.phase_shard_settings(params, phase, SHARD_SETTINGS, PRETRAIN_SETTINGS),
+    def make_shards(segmented_file: str, phase: dict, plan: dict) -> str:
+        planned = PhasePlan(**phase)
+        return ops.make_shards(segmented_file, planned.shard_dir(segmented_file), plan["vocab"], planned.shards,
                                split="train")
 
     @bert_task
-    def make_heldout_shards(phase: str, segmented_files: list[str], work_dir: str, vocab: str, params=None) -> str:
-        return ops.make_shards(list(segmented_files), ops.phase_dir(work_dir, phase, "shards-heldout"), vocab,
-                               ops.phase_shard_settings(params, phase, SHARD_SETTINGS, PRETRAIN_SETTINGS),
+    def make_heldout_shards(phase: dict, segmented_files: list[str], plan: dict) -> str:
+        planned = PhasePlan(**phase)
+        return ops.make_shards(list(segmented_files), planned.heldout_dir, plan["vocab"], planned.shards,
                                split="heldout")
 
     @bert_task
@@ -78,25 +89,21 @@ def bert_pretraining():
         return ops.validate_shards(shards)
 
     @bert_task
-    def pretrain(validated: list[dict], heldout: list[str], segmented_files: list[str], phases: list[str],
-                 work_dir: str, vocab: str, params=None) -> dict:
+    def pretrain(validated: list[dict], heldout: list[str], segmented_files: list[str], plan: dict) -> dict:
         # The phases run in order inside this one task: each needs the previous one's weights.
-        return ops.pretrain_phases(work_dir, list(phases), list(segmented_files), params, SHARD_SETTINGS,
-                                   PRETRAIN_SETTINGS, vocab)
+        return ops.pretrain_phases(PretrainingPlan.from_json(plan), list(segmented_files))
 
     @bert_task
-    def register_and_promote(pretrained: dict, work_dir: str) -> dict:
-        return ops.register_and_promote(pretrained, f"{work_dir}/registry")
+    def register_and_promote(pretrained: dict, plan: dict) -> dict:
+        return ops.register_and_promote(pretrained, plan["registry"])
 
     p = plan()
-    names = phases(p["work_dir"])
-    segmented = segment(p["inputs"], p["work_dir"])
-    shards = make_shards.partial(work_dir=p["work_dir"], vocab=p["vocab"]).expand(segmented_file=segmented,
-                                                                                  phase=names)
-    heldout = make_heldout_shards.partial(segmented_files=segmented, work_dir=p["work_dir"],
-                                          vocab=p["vocab"]).expand(phase=names)
-    pretrained = pretrain(validate_shards.expand(shards=shards), heldout, segmented, names, p["work_dir"],
-                          p["vocab"])
-    register_and_promote(pretrained, p["work_dir"])
+    planned_phases = phases(p)
+    segmented = segment(p)
+    shards = make_shards.partial(plan=p).expand(segmented_file=segmented, phase=planned_phases)
+    heldout = make_heldout_shards.partial(segmented_files=segmented, plan=p).expand(phase=planned_phases)
+    pretrained = pretrain(validate_shards.expand(shards=shards), heldout, segmented, p)
+    register_and_promote(pretrained, p)
+
 
 bert_pretraining()

@@ -17,10 +17,10 @@ pytestmark = pytest.mark.slow
 
 # Fewer steps/epochs than the demo's defaults: the test checks the wiring, not the numbers. 8 pretraining steps
 # leave the tiny BERT at chance on the held-out documents: the registry gate must refuse it and say why.
-# Fine-tuning in the task process (finetune_workers 0): Ray workers writing to S3 with the connection's
+# Fine-tuning in the task process (finetune_num_workers 0): Ray workers writing to S3 with the connection's
 # credentials are already exercised by pretraining (Ray Train, 2 workers); a Ray Train start-up per fine-tuning
 # added ~30 s (Ray Train fine-tuning: tests/bert_core/finetune/test_finetune_ray.py, the stack's REST test).
-CONF = {"pretrain_steps": 8, "finetune_epochs": 1, "squad_epochs": 1, "finetune_workers": 0}
+CONF = {"pretrain_num_steps": 8, "finetune_epochs": 1, "squad_epochs": 1, "finetune_num_workers": 0}
 
 
 SECRET = "demo-s3-secret-7f3a9c"

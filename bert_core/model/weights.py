@@ -172,8 +172,9 @@ def _check_zoo_architecture(name: str, config: BertConfig, directory: Path) -> N
                                       f"{entry.dataset}) but holds another model: {', '.join(diffs)}")
 
 
-def load_pretrained(model_cls, name_or_path: str, **config_overrides: Any):
-    directory = resolve_model_dir(name_or_path)
+def load_pretrained(model_cls, name_or_path: str, directory: Path | None = None, **config_overrides: Any):
+    """`directory`: where `name_or_path` was already resolved to (a caller that planned its run)."""
+    directory = directory if directory is not None else resolve_model_dir(name_or_path)
     config_file, weights = find_model_files(directory)
     config = BertConfig.from_json_file(config_file)
     _check_zoo_architecture(str(name_or_path), config, directory)

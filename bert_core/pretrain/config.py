@@ -12,6 +12,7 @@ from typing import Any
 
 from bert_core.errors import BertPipelineError
 from bert_core.options import option, option_like
+from bert_core.pretrain import recipe
 from bert_core.train.config import (
     OPTIMIZATION,
     RAY,
@@ -22,6 +23,7 @@ from bert_core.train.config import (
 )
 
 DATA = "data"
+DEFAULT_BATCH_SIZE = 32
 MODEL = "model"
 CHECKPOINTS = "checkpoints and logging"
 
@@ -60,15 +62,17 @@ class PretrainConfig(TrackingConfig, RayTrainConfig, OptimizerConfig):
                          group=MODEL, metavar="DIR_OR_URI")
     overwrite: bool = option(False, "replace --output if it holds something else", group=MODEL)
 
-    batch_size: int = option(32, "sequences (tokens with --use-avg-len) per micro-batch, all workers together: "
+    batch_size: int = option(DEFAULT_BATCH_SIZE, "sequences (tokens with --use-avg-len) per micro-batch, all workers together: "
                              "each worker takes --batch-size / --num-workers", group=OPTIMIZATION)
     num_steps: int | None = option(None, "number of optimizer steps", group=OPTIMIZATION, exclusive="length")
     epochs: int | None = option(None, "number of passes over the training shards", group=OPTIMIZATION,
                                 exclusive="length")
-    # None: chosen by the default rule for the model size and global batch (bert_core.pretrain.recipe).
+    # None: the rule of bert_core/pretrain/recipe.py, from the model's width and the global batch; the help
+    # shows its value for the smallest zoo width at the default batch, so --help gives a number.
     lr: float | None = option_like(OptimizerConfig, "lr", None, default_help=(
-        "by model width and global batch, 2e-3 x (128 / hidden) x sqrt(global batch / 64), within [2e-5, 3e-3]; "
-        "see docs/pretraining.md"))
+        f"the rule of bert_core/pretrain/recipe.py: {recipe.LR_RULE}, where global batch = --batch-size x "
+        f"--accumulate; e.g. {recipe.lr_example(recipe.BASE_HIDDEN, DEFAULT_BATCH_SIZE)} (bert_2_128_2 at the "
+        "default --batch-size); the run logs its value at start; see docs/pretraining.md"))
     warmup_ratio: float | None = option_like(OptimizerConfig, "warmup_ratio", None,
                                              default_help="10% of the steps, at most 10,000 steps")
 

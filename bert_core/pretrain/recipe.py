@@ -37,15 +37,22 @@ BERTADAM_SAFE_LR = 1e-4
 BERTADAM_MIN_WARMUP = 1_000
 
 
+# The lr rule in words, for help texts; lr_arithmetic() gives it with a run's numbers.
+LR_RULE = (f"{BASE_LR:g} x ({BASE_HIDDEN} / hidden) x sqrt(global batch / {BASE_BATCH}), "
+           f"within [{MIN_LR:g}, {MAX_LR:g}]")
+
+
 @dataclass(frozen=True)
 class Recipe:
     optimizer: str
     lr: float
     warmup_ratio: float
     chosen: tuple[str, ...]  # the settings the rule chose (the user gave the others)
+    lr_rule: str | None = None  # how the rule computed lr, when it did
 
     def describe(self) -> str:
-        text = f"optimizer {self.optimizer}, lr {self.lr:.3g}, warmup {self.warmup_ratio:.3g} of the steps"
+        lr = f"lr {self.lr:.2e}" + (f" (rule: {self.lr_rule})" if self.lr_rule else "")
+        text = f"optimizer {self.optimizer}, {lr}, warmup {self.warmup_ratio:.3g} of the steps"
         return text + (f" (by the default rule: {', '.join(self.chosen)})" if self.chosen else "")
 
     def as_dict(self) -> dict:
@@ -56,6 +63,17 @@ class Recipe:
 def default_lr(hidden_size: int, global_batch: int) -> float:
     lr = BASE_LR * (BASE_HIDDEN / hidden_size) * math.sqrt(global_batch / BASE_BATCH)
     return float(min(MAX_LR, max(MIN_LR, lr)))
+
+
+def lr_arithmetic(hidden_size: int, global_batch: int) -> str:
+    """The rule with one run's numbers: what a log or a form shows next to the value it gives."""
+    return (f"{BASE_LR:g} x ({BASE_HIDDEN} / {hidden_size}) x sqrt({global_batch} / {BASE_BATCH}), within "
+            f"[{MIN_LR:g}, {MAX_LR:g}], for hidden {hidden_size}, global batch {global_batch}")
+
+
+def lr_example(hidden_size: int, global_batch: int) -> str:
+    """'lr 1.41e-03 for hidden 128, global batch 32': the rule's value for one model width and batch."""
+    return f"lr {default_lr(hidden_size, global_batch):.2e} for hidden {hidden_size}, global batch {global_batch}"
 
 
 def default_warmup_ratio(total_steps: int) -> float:
@@ -72,6 +90,7 @@ def resolve(optimizer: str | None, lr: float | None, warmup_ratio: float | None,
         lr=float(lr) if lr is not None else default_lr(hidden_size, global_batch),
         warmup_ratio=float(warmup_ratio) if warmup_ratio is not None else default_warmup_ratio(total_steps),
         chosen=chosen,
+        lr_rule=lr_arithmetic(hidden_size, global_batch) if lr is None else None,
     )
 
 

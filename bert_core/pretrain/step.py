@@ -37,24 +37,17 @@ from tqdm import tqdm
 from bert_core.errors import BertPipelineError, CheckpointMismatchError
 from bert_core.io import manifest, storage
 from bert_core.io.tracking import PRETRAIN_EXPERIMENT, NullTracker, Tracker, standard_tags
-from bert_core.model import zoo
 from bert_core.model.config import BertConfig
 from bert_core.model.modeling import BertForPreTraining
-from bert_core.model.weights import (
-    find_model_files,
-    load_state_into,
-    read_state_dict,
-    resolve_model_dir,
-    save_state_dict,
-)
+from bert_core.model.weights import load_pretrained, load_state_into, read_state_dict, save_state_dict
 from bert_core.pretrain import recipe as recipes
 from bert_core.pretrain.config import PretrainConfig
 from bert_core.pretrain.learning_watch import Baseline, LearningWatch
+from bert_core.pretrain.run_plan import RunPlan, plan_run
 from bert_core.pretrain.stream import (
     PretrainStream,
     ShardSet,
     StreamConfig,
-    check_vocab,
     data_dir_files,
     eval_batches,
     majority_baseline,
@@ -87,27 +80,12 @@ _ARCH_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention
 # --------------------------------------------------------------------------- model
 
 
-def model_config_from(spec: str) -> BertConfig:
-    """--model: a CONFIG_JSON file, or a zoo / bert_LAYERS_HIDDEN_HEADS architecture name."""
-    if spec.endswith(".json") or (not storage.is_s3(spec) and storage.local_path(spec).is_file()):
-        return BertConfig.from_json_file(storage.local_path(spec))
-    return zoo.architecture_config(spec)
-
-
-def build_model(config: PretrainConfig) -> BertForPreTraining:
-    if config.pretrained:
-        model = BertForPreTraining.from_pretrained(config.pretrained)
+def build_model(run: RunPlan) -> BertForPreTraining:
+    if run.pretrained_dir is not None:
+        model = load_pretrained(BertForPreTraining, run.config.pretrained, directory=run.pretrained_dir)
     else:
-        model = BertForPreTraining(model_config_from(config.model))
+        model = BertForPreTraining(run.model_config)
     return model.train()
-
-
-def check_data_fits_model(shards: ShardSet, model_config: BertConfig) -> None:
-    check_vocab(shards, model_config.vocab_size)
-    _, seq_len, _ = shards.header(0)
-    if seq_len > model_config.max_position_embeddings:
-        raise BertPipelineError(f"{shards.paths[0]}: sequences of length {seq_len} exceed the model's "
-                                f"max_position_embeddings ({model_config.max_position_embeddings})")
 
 
 # --------------------------------------------------------------------------- losses and metrics
@@ -215,67 +193,58 @@ def _total_steps(config: PretrainConfig, stream: PretrainStream) -> int:
     return total
 
 
-def _output_taken(output: str) -> bool:
-    if storage.is_s3(output):
-        return storage.exists(output)
-    path = storage.local_path(output)
+def _output_taken(run: RunPlan) -> bool:
+    if run.output_local is None:
+        return storage.exists(run.output)
+    path = run.output_local
     return path.exists() and (not path.is_dir() or any(path.iterdir()))
 
 
-def preflight(config: PretrainConfig, shards: ShardSet,
-              eval_shards: ShardSet | None) -> tuple[dict[str, str], dict[str, Any] | None]:
+def preflight(run: RunPlan) -> tuple[dict[str, str], dict[str, Any] | None]:
     """(input URI -> sha256, the existing manifest when --output already holds this exact result).
 
     An --output holding anything else is an error unless --overwrite: checked before training, so a
     mistake costs nothing, and nothing is replaced until the new model is complete.
     """
-    inputs = shards.sha256() | (eval_shards.sha256() if eval_shards else {})
-    if config.pretrained:
+    config = run.config
+    inputs: dict[str, str] = {}
+    for shards in run.shard_sets():
+        inputs |= shards.sha256()
+    if run.pretrained_weights is not None:
         # The starting weights are an input like the data: other weights under the same path, another result.
-        _, weights = find_model_files(resolve_model_dir(config.pretrained))
-        inputs[storage.join(config.pretrained, weights.name)] = manifest.sha256_file(weights)
-    if not storage.is_s3(config.output) and manifest.is_up_to_date(
-            storage.local_path(config.output), STEP, config.result_config(), inputs):
-        return inputs, manifest.read(storage.local_path(config.output))
-    if _output_taken(config.output) and not config.overwrite:
-        raise BertPipelineError(f"{config.output} already exists and is not this run's result; pass "
+        inputs[storage.join(config.pretrained, run.pretrained_weights.name)] = manifest.sha256_file(
+            run.pretrained_weights)
+    if run.output_local is not None and manifest.is_up_to_date(run.output_local, STEP, config.result_config(),
+                                                               inputs):
+        return inputs, manifest.read(run.output_local)
+    if _output_taken(run) and not config.overwrite:
+        raise BertPipelineError(f"{run.output} already exists and is not this run's result; pass "
                                 "--overwrite to replace it")
     return inputs, None
 
 
-def model_config_for(config: PretrainConfig) -> BertConfig:
-    """The architecture a run will train, without building the model (for checks before launching)."""
-    if config.pretrained:
-        return BertConfig.from_json_file(find_model_files(resolve_model_dir(config.pretrained))[0])
-    return model_config_from(config.model)
-
-
 def check_inputs(config: PretrainConfig) -> tuple[dict[str, str], dict[str, Any] | None]:
     """Everything that can be checked before starting workers: flags, shards, vocab, output."""
-    config.validate()
-    shards = ShardSet(config.data)
-    eval_shards = ShardSet(config.data_eval) if config.data_eval else None
-    inputs, done = preflight(config, shards, eval_shards)
+    run = plan_run(config)
+    inputs, done = preflight(run)
     if done is None:
-        model_config = model_config_for(config)
-        for s in (shards, eval_shards):
-            if s is not None:
-                check_data_fits_model(s, model_config)
+        run.check_data_fits_model()
     return inputs, done
 
 
-def _resume_dir(config: PretrainConfig) -> Path | None:
-    if not config.resume:
+def _resume_dir(run: RunPlan) -> Path | None:
+    resume = run.config.resume
+    if not resume:
         return None
-    if config.resume in ("latest", "auto"):
-        latest = LocalCheckpointStore(config.checkpoint_root()).latest()
-        if latest is None and config.resume == "auto":
+    if resume in ("latest", "auto"):
+        latest = LocalCheckpointStore(run.checkpoint_root).latest()
+        if latest is None and resume == "auto":
             return None
         if latest is None:
-            raise BertPipelineError(f"--resume: no checkpoint in {config.checkpoint_root()} (set --ckpt-dir "
+            raise BertPipelineError(f"--resume: no checkpoint in {run.checkpoint_root} (set --ckpt-dir "
                                     "to where the interrupted run saved them)")
         return local_checkpoint(latest)
-    return local_checkpoint(config.resume)
+    return local_checkpoint(resume)
 
 
 def check_architecture(directory: Path, model_config: BertConfig) -> None:
@@ -304,32 +273,31 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
             raise BertPipelineError("--use-gpu: no CUDA device is visible")
         device = torch.device("cuda", torch.cuda.current_device()) if config.use_gpu else torch.device("cpu")
 
-    shards = ShardSet(config.data)
-    eval_shards = ShardSet(config.data_eval) if config.data_eval else None
+    # Inputs, output, checkpoints and the model, resolved once; the helpers below take this plan.
+    run = plan_run(config)
+    shards, eval_shards = run.shards, run.eval_shards
 
     # Rank 0 hashes the inputs (possibly a full read of the shards) and decides for everyone.
     decision: dict[str, Any] = {"inputs": inputs, "done": None}
     if rank == 0 and inputs is None:
         try:
-            decision["inputs"], decision["done"] = preflight(config, shards, eval_shards)
+            decision["inputs"], decision["done"] = preflight(run)
         except BertPipelineError as exc:
             decision["error"] = str(exc)
     decision = dist.broadcast_object(decision)
     if decision.get("error"):
         raise BertPipelineError(decision["error"])
     if decision["done"] is not None:
-        log.info("%s is up to date (same config and inputs): nothing to do", config.output)
+        log.info("%s is up to date (same config and inputs): nothing to do", run.output)
         return decision["done"]
     inputs: dict[str, str] = decision["inputs"]
     data_sha = hashlib.sha256(json.dumps(sorted(inputs.items())).encode()).hexdigest()
 
     # Model: the same initial weights on every worker (seeded), then per-worker RNG for dropout.
     torch.manual_seed(config.seed)
-    model = build_model(config)
+    model = build_model(run)
     model_config = model.config
-    check_data_fits_model(shards, model_config)
-    if eval_shards is not None:
-        check_data_fits_model(eval_shards, model_config)
+    run.check_data_fits_model()
     vocab_file = (config.vocab or getattr(model, "vocab_file", None) or data_dir_files(shards, "vocab.txt")
                   or recorded_vocab(shards))
     model.to(device)
@@ -352,7 +320,7 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
 
     step = 0
     resumed_from: str | None = None
-    source = resume_dir if resume_dir is not None else _resume_dir(config)
+    source = resume_dir if resume_dir is not None else _resume_dir(run)
     if source is not None:
         step = _load_checkpoint(source, model, optimizer, scheduler, precision, stream, rank, world,
                                 total_steps, stream_cfg)
@@ -369,7 +337,7 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     for path in list(shards.manifests) + (list(eval_shards.manifests) if eval_shards else []):
         tracker.log_artifact(path, "data" if path in shards.manifests else "data_eval")
 
-    ckpt_store = store if store is not None else LocalCheckpointStore(config.checkpoint_root(),
+    ckpt_store = store if store is not None else LocalCheckpointStore(run.checkpoint_root,
                                                                       config.keep_checkpoints, rank)
     interval = _Interval()
     tokens_seen = 0
@@ -425,7 +393,7 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     _report_verdict(verdict, tracker, eval_shards is not None)
     result_manifest = None
     if rank == 0:
-        result_manifest = _write_output(config, model, vocab_file, inputs, started, final, tracker, {
+        result_manifest = _write_output(run, model, vocab_file, inputs, started, final, tracker, {
             "training": {"steps": step, "total_steps": total_steps, "tokens_this_run": tokens_seen,
                          "world_size": world, "resumed_from": resumed_from,
                          "metrics_on": "data_eval" if eval_shards else "training data"},
@@ -559,15 +527,15 @@ def _load_checkpoint(directory: Path, model: BertForPreTraining, optimizer, sche
     return int(state["step"])
 
 
-def _write_output(config: PretrainConfig, model: BertForPreTraining, vocab_file: str | None,
+def _write_output(run: RunPlan, model: BertForPreTraining, vocab_file: str | None,
                   inputs: dict[str, str], started: str, metrics: dict[str, float], tracker: Tracker,
                   extra: dict[str, Any]) -> dict[str, Any]:
     if vocab_file is None:
-        log.warning("no vocab.txt (give --vocab): %s will hold no vocabulary", config.output)
-    with storage.atomic_output_dir(config.output, overwrite=True) as tmp:
+        log.warning("no vocab.txt (give --vocab): %s will hold no vocabulary", run.output)
+    with storage.atomic_output_dir(run.output, overwrite=True) as tmp:
         save_state_dict(model.state_dict(), model.config, tmp, vocab_file)
         outputs = sorted(p.name for p in tmp.iterdir())
-        result = manifest.build(STEP, config.result_config(), inputs, tmp, outputs, started,
+        result = manifest.build(STEP, run.config.result_config(), inputs, tmp, outputs, started,
                                 metrics={k: metrics[k] for k in ("loss", "mlm_accuracy", "nsp_accuracy",
                                                                  "mlm_loss", "nsp_loss", "mlm_accuracy_chance",
                                                                  "nsp_accuracy_chance", "mlm_accuracy_over_chance")},
@@ -575,7 +543,7 @@ def _write_output(config: PretrainConfig, model: BertForPreTraining, vocab_file:
         manifest.write(result, tmp)
         tracker.log_artifact(tmp / manifest.MANIFEST)
         tracker.log_model_dir(tmp)
-    log.info("model written to %s (loss %.4f, masked-LM accuracy %.4f, NSP accuracy %.4f)", config.output,
+    log.info("model written to %s (loss %.4f, masked-LM accuracy %.4f, NSP accuracy %.4f)", run.output,
              metrics["loss"], metrics["mlm_accuracy"], metrics["nsp_accuracy"])
     return result
 

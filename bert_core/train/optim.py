@@ -9,6 +9,8 @@
   (as TF-Addons' LAMB does by default): a LayerNorm bias starts at zero, where the ratio is meaningless.
 
 Bias and LayerNorm parameters get no weight decay, as in Google's BERT (`exclude_from_weight_decay`).
+No optimizer here has a default learning rate: pretraining's comes from the rule in bert_core/pretrain/recipe.py,
+fine-tuning's from FinetuneConfig.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ class BertAdam(_DecoupledAdam):
 
     bias_correction = False
 
-    def __init__(self, params: Iterable, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.999),
+    def __init__(self, params: Iterable, lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.0):
         super().__init__(params, lr, betas, eps, weight_decay)
 
@@ -102,7 +104,7 @@ class Lamb(_DecoupledAdam):
     whose numerator or denominator is zero is 1, as in the paper and NVIDIA's kernel.
     """
 
-    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+    def __init__(self, params: Iterable, lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.0):
         super().__init__(params, lr, betas, eps, weight_decay)
 

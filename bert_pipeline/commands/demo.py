@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the run's artifacts go: a directory or an s3:// prefix (AWS_ENDPOINT_URL and the "
                              "usual AWS credentials apply) (default: HOME/demo/<UTC timestamp>)")
     parser.add_argument("--conf", metavar="JSON", default="{}",
-                        help='DAG params to override, as JSON, e.g. \'{"pretrain_steps": 10}\'')
+                        help='DAG params to override, as JSON, e.g. \'{"pretrain_num_steps": 10}\'')
 
 
 def pipelines_dir() -> Path:

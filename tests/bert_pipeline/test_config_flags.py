@@ -73,6 +73,12 @@ def test_shared_flags_mean_the_same_in_pretrain_and_finetune():
     assert pre["--weight-decay"].help == fine["--weight-decay"].help
 
 
+def test_pretrain_help_gives_the_default_learning_rate_as_a_number():
+    """`pretrain --help` says where the lr rule lives and what it gives (bert_2_128_2 at the default batch)."""
+    text = actions(parser_of(pretrain))["--lr"].help
+    assert "bert_core/pretrain/recipe.py" in text and "lr 1.41e-03 for hidden 128, global batch 32" in text
+
+
 def test_old_flag_names_keep_working():
     args = parser_of(finetune).parse_args(MINIMAL["finetune"] + ["--epsilon", "1e-8", "--optimizer", "adam"])
     cfg = config_from_args(FinetuneConfig, args)

@@ -8,6 +8,7 @@ from bert_core.errors import BertPipelineError
 from bert_core.pretrain.config import PretrainConfig
 from operators import tasks as ops
 from operators.params import config_params, settings_from
+from operators.plan_pretraining import plan as plan_pretraining
 
 SHARDS = ("max_seq_length", "holdout_fraction")
 PRETRAIN = ("model", "pretrained", "num_steps", "batch_size", "optimizer", "lr", "dtype", "num_workers", "use_gpu")
@@ -26,6 +27,14 @@ def test_params_carry_the_fields_default_type_choices_and_help():
 
 def test_settings_leave_empty_params_to_the_library():
     assert settings_from({"lr": None, "dtype": "bfloat16", "other": 1}, ["lr", "dtype"]) == {"dtype": "bfloat16"}
+    assert settings_from({"pretrain_lr": 1e-3, "lr": 2e-3}, ["lr"], "pretrain_") == {"lr": 1e-3}
+
+
+def test_prefixed_params_for_two_steps_in_one_dag():
+    params = config_params(PretrainConfig, ["num_workers"], {"num_workers": 2}, prefix="pretrain_",
+                           label="Pretraining")
+    assert list(params) == ["pretrain_num_workers"] and params["pretrain_num_workers"].value == 2
+    assert params["pretrain_num_workers"].description.startswith("Pretraining: training workers")
 
 
 @pytest.mark.parametrize("conf, message", [
@@ -40,7 +49,7 @@ def test_impossible_settings_fail_the_plan_task_with_the_param_named(conf, messa
     params = {"work_dir": str(tmp_path), "inputs": [], "vocab": "v.txt", "model": "bert_2_128_2", "num_steps": 10,
               "batch_size": 64, "num_workers": 2, "holdout_fraction": 0.05, **conf}
     with pytest.raises(BertPipelineError, match=message):
-        ops.plan_pretraining(params, None, SHARDS, PRETRAIN)
+        plan_pretraining(params, None, SHARDS, PRETRAIN)
 
 
 def test_use_gpu_without_a_gpu_is_refused_up_front(tmp_path, monkeypatch):
@@ -51,7 +60,7 @@ def test_use_gpu_without_a_gpu_is_refused_up_front(tmp_path, monkeypatch):
     params = {"work_dir": str(tmp_path), "vocab": "v.txt", "model": "bert_2_128_2", "num_steps": 10,
               "holdout_fraction": 0.05, "use_gpu": True}
     with pytest.raises(BertPipelineError, match="use_gpu is set, but this machine has no GPU"):
-        ops.plan_pretraining(params, None, SHARDS, PRETRAIN)
+        plan_pretraining(params, None, SHARDS, PRETRAIN)
 
 
 def test_inputs_param_may_be_left_empty():
@@ -59,6 +68,14 @@ def test_inputs_param_may_be_left_empty():
     from pipelines.bert_pretraining import PARAMS
 
     assert "null" in PARAMS["inputs"].schema["type"]
+
+
+def test_the_forms_lr_description_gives_the_rules_value():
+    """An empty lr is the rule's: the form says which number that is with its default model and batch."""
+    from pipelines.bert_pretraining import PARAMS
+
+    assert "bert_core/pretrain/recipe.py" in PARAMS["lr"].description
+    assert "lr 2.00e-03 for hidden 128, global batch 64" in PARAMS["lr"].description
 
 
 def test_pretrain_and_make_shards_settings_are_config_fields(tmp_path):

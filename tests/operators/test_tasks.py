@@ -8,33 +8,41 @@ import pytest
 
 from bert_core.errors import BertPipelineError
 from bert_core.io import manifest
+from operators import plan_demo, plan_finetune, plan_pretraining
 from operators import tasks as ops
+from operators.locations import demo_data
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def test_plans(tmp_path, monkeypatch, minilm_dir):
+    from pipelines import bert_demo, bert_finetune, bert_pretraining
+
     monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
-    squad = ops.demo_data("squad")
-    specs = ops.plan_finetune({"tasks": {"SST-2": "", "squad": squad}}, "manual__2026-01-01T00:00:00+00:00")
-    assert [(s["task"], Path(s["data_dir"]).name) for s in specs] == [("sst-2", "sst2"), ("squad", "squad")]
+    squad = demo_data("squad")
+
+    def finetune(tasks, run_id=None):
+        return plan_finetune.plan({"tasks": tasks}, run_id, bert_finetune.FINETUNE_SETTINGS)
+
+    specs = finetune({"SST-2": "", "squad": squad}, "manual__2026-01-01T00:00:00+00:00")
+    assert [(s.task, Path(s.data_dir).name) for s in specs] == [("sst-2", "sst2"), ("squad", "squad")]
     work = tmp_path / "home" / "finetune" / "manual__2026-01-01T00_00_00_00_00"
-    assert specs[0]["output"] == f"{work}/finetune-sst-2" and Path(specs[0]["model"]) == minilm_dir
+    assert specs[0].output == f"{work}/finetune-sst-2" and Path(specs[0].model) == minilm_dir
+    assert plan_finetune.FinetuneTaskPlan.from_json(specs[0].to_json()) == specs[0]
     with pytest.raises(BertPipelineError, match="give a data directory for 'cola'"):
-        ops.plan_finetune({"tasks": {"cola": ""}}, None)
+        finetune({"cola": ""})
     with pytest.raises(BertPipelineError, match="at least one task"):
-        ops.plan_finetune({"tasks": {}}, None)
-    plan = ops.plan_pretraining({"work_dir": str(tmp_path / "w"), "inputs": []}, None)
-    assert plan["inputs"] == [ops.demo_data("corpus")] and plan["vocab"] == str(minilm_dir / "vocab.txt")
-    demo = ops.plan_demo({"model": "/m"}, "r1")
-    assert demo["vocab"] == "/m/vocab.txt" and demo["work_dir"].endswith("/demo/r1")
-
-
-def test_segment_fans_out_per_input_file(tmp_path):
-    segmented = ops.segment([ops.demo_data("corpus")], str(tmp_path / "segmented"))
-    files = ops.segmented_files(segmented)
-    assert [Path(f).name for f in files] == ["part-a.txt", "part-b.txt"]
-    assert ops.shard_dir("/w", files[0]) == "/w/shards/part-a"
+        finetune({})
+    defaults = {name: param.value for name, param in bert_pretraining.PARAMS.items()}
+    plan = plan_pretraining.plan({**defaults, "work_dir": str(tmp_path / "w"), "inputs": []}, None,
+                                 bert_pretraining.SHARD_SETTINGS, bert_pretraining.PRETRAIN_SETTINGS)
+    assert plan.inputs == [demo_data("corpus")] and plan.vocab == str(minilm_dir / "vocab.txt")
+    assert plan_pretraining.PretrainingPlan.from_json(plan.to_json()) == plan
+    demo_defaults = {name: param.value for name, param in bert_demo.PARAMS.items()}
+    demo = plan_demo.plan({**demo_defaults, "model": str(minilm_dir)}, "r1", bert_demo.DEMO)
+    assert demo.vocab == str(minilm_dir / "vocab.txt") and demo.work_dir.endswith("/demo/r1")
+    assert demo.pretrain["num_steps"] == 300 and demo.finetune["squad"].settings["max_seq_length"] == 64
+    assert plan_demo.DemoPlan.from_json(demo.to_json()) == demo
 
 
 def test_single_worker_pretrain_and_rerun_finetune_register(tmp_path, monkeypatch, minilm_dir):
@@ -46,7 +54,7 @@ def test_single_worker_pretrain_and_rerun_finetune_register(tmp_path, monkeypatc
     monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    segmented = ops.segment([ops.demo_data("corpus")], str(tmp_path / "segmented"))
+    segmented = ops.segment([demo_data("corpus")], str(tmp_path / "segmented"))
     shards = ops.make_shards(segmented, str(tmp_path / "shards"), str(minilm_dir / "vocab.txt"),
                              {"max_seq_length": 64, "max_predictions_per_seq": 10, "dupe_factor": 1})
     assert ops.validate_shards(shards)["instances"] > 100
@@ -56,7 +64,7 @@ def test_single_worker_pretrain_and_rerun_finetune_register(tmp_path, monkeypatc
     assert pretrained["mlflow_run_id"]
     assert ops.register_and_promote(pretrained, str(tmp_path / "reg"), promote=False)["candidate"] == "1"
 
-    runs = [ops.finetune("sst-2", ops.demo_data("sst2"), pretrained["output"], str(tmp_path / "ft"),
+    runs = [ops.finetune("sst-2", demo_data("sst2"), pretrained["output"], str(tmp_path / "ft"),
                           dict(epochs=1, batch_size=16, lr=1e-4, max_len=16))
             for _ in range(2)]
     assert runs[0]["metrics"] == runs[1]["metrics"] and runs[0]["mlflow_run_id"] != runs[1]["mlflow_run_id"]
@@ -100,8 +108,8 @@ def test_finetune_settings_are_config_fields(tmp_path):
         ops.finetune("squad", str(tmp_path), "model", str(tmp_path / "out"), {"doc_strid": 64})
 
 
-def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatch, minilm_dir):
-    """bert_finetune's plan: form settings < recipe < per-task overrides, a search grid per task; and every
+def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatch, caplog, minilm_dir):
+    """bert_finetune's plan: form settings < preset < per-task overrides, a search grid per task; and every
     bad conf fails this first task with a message naming the param."""
     from pipelines.bert_finetune import FINETUNE_SETTINGS, PARAMS
 
@@ -109,15 +117,24 @@ def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatc
     defaults = {name: param.value for name, param in PARAMS.items()}
 
     def plan(**conf):
-        return ops.plan_finetune({**defaults, **conf}, "r1", FINETUNE_SETTINGS, tuple(PARAMS))
+        return plan_finetune.plan({**defaults, **conf}, "r1", FINETUNE_SETTINGS, tuple(PARAMS), defaults)
 
-    specs = plan(recipe="gluonnlp", overrides={"SST-2": {"epochs": 1}}, search={"lr": [1e-4, 3e-4]})
+    specs = plan(preset="gluonnlp", overrides={"SST-2": {"epochs": 1}}, search={"lr": [1e-4, 3e-4]})
     sst2, squad = specs
-    assert (sst2["settings"]["batch_size"], sst2["settings"]["epochs"], sst2["settings"]["lr"]) == (16, 1, 2e-5)
-    assert sst2["settings"]["max_seq_length"] == defaults["max_seq_length"]  # the form's value, no recipe value
-    assert (squad["settings"]["batch_size"], squad["settings"]["optimizer"]) == (12, "adamw")
-    assert sst2["search"] == squad["search"] == {"lr": [1e-4, 3e-4]}
-    assert plan()[0]["settings"]["lr"] == 1e-4 and plan()[0]["search"] == {}
+    assert (sst2.settings["batch_size"], sst2.settings["epochs"], sst2.settings["lr"]) == (16, 1, 2e-5)
+    assert sst2.settings["max_seq_length"] == defaults["max_seq_length"]  # the form's value, no preset value
+    assert (squad.settings["batch_size"], squad.settings["optimizer"]) == (12, "adamw")
+    assert sst2.search == squad.search == {"lr": [1e-4, 3e-4]}
+    assert plan()[0].settings["lr"] == 1e-4 and plan()[0].search == {}
+
+    # `recipe`, the form's former name of `preset`, still works (a conf sent to the REST API), with a warning.
+    conf = {k: v for k, v in defaults.items() if k != "preset"}
+    with caplog.at_level("WARNING"):
+        old = plan_finetune.plan({**conf, "recipe": "bert-paper", "search": "recipe"}, "r1", FINETUNE_SETTINGS,
+                                 tuple(PARAMS), defaults)
+    new = plan(preset="bert-paper", search="preset")
+    assert [(t.settings, t.search) for t in old] == [(t.settings, t.search) for t in new]
+    assert "'recipe' is deprecated; write 'preset'" in caplog.text
 
     bad = [
         (dict(learning_rate=1e-4), r"bert_finetune conf: unknown param\(s\) learning_rate"),
@@ -125,13 +142,14 @@ def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatc
         (dict(overrides={"mrpc": {"epochs": 1}}), "overrides: mrpc not among the run's tasks"),
         (dict(overrides={"sst-2": 3}), "overrides: expected an object of task"),
         (dict(search={"lr": []}), r"search.lr: expected a non-empty list"),
-        (dict(search="recipe"), "search: 'recipe' needs a recipe with a search protocol"),
+        (dict(search="preset"), "search: 'preset' needs a preset with a search protocol"),
         (dict(search={"lr": [1e-4]}, num_workers=2), "task sst-2: a search runs one worker per trial"),
         (dict(tasks={"cola": str(tmp_path)}), f"tasks.cola: {tmp_path} has no training file"),
         (dict(tasks={"cola": str(tmp_path / "nowhere")}), "tasks.cola: data directory .* does not exist"),
         (dict(max_seq_length=1024), "task squad: max_seq_length 1024 is longer than the model's 512 positions"),
         (dict(overrides={"sst-2": {"batch_size": 0}}), "task sst-2: --batch-size must be at least 1"),
         (dict(use_gpu=True), "task sst-2: use_gpu is set, but this machine has no GPU"),
+        (dict(recipe="gluonnlp", preset="bert-paper"), "recipe .the deprecated name of preset. is 'gluonnlp'"),
     ]
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     for conf, message in bad:
@@ -145,15 +163,18 @@ def test_pretraining_phases_are_checked_before_any_work(tmp_path):
     defaults = {name: param.value for name, param in PARAMS.items()}
 
     def plan(**conf):
-        return ops.plan_pretraining({**defaults, "work_dir": str(tmp_path), **conf}, "r1", SHARD_SETTINGS,
-                                    PRETRAIN_SETTINGS, tuple(PARAMS))
+        return plan_pretraining.plan({**defaults, "work_dir": str(tmp_path), **conf}, "r1", SHARD_SETTINGS,
+                                     PRETRAIN_SETTINGS, tuple(PARAMS))
 
-    names = lambda **conf: [p["name"] for p in ops.pretraining_phases({**defaults, **conf}, SHARD_SETTINGS,  # noqa: E731
-                                                                      PRETRAIN_SETTINGS)]
-    assert names() == [""] and names(phases=[{"num_steps": 9}, {"max_seq_length": 256}]) == ["phase1", "phase2"]
-    assert ops.shard_dir("/w", "/s/part-a.txt", "phase2") == "/w/shards/phase2/part-a"
-    assert ops.shard_dir("/w", "/s/part-a.txt") == "/w/shards/part-a"
-    plan(phases=[{"max_seq_length": 128, "num_steps": 9}, {"max_seq_length": 512, "num_steps": 1}])
+    (single,) = plan().phases
+    assert (single.name, single.output, single.shard_dir("/s/part-a.txt")) == (
+        "", f"{tmp_path}/pretrained", f"{tmp_path}/shards/part-a")
+    first, second = plan(phases=[{"max_seq_length": 128, "num_steps": 9},
+                                 {"max_seq_length": 512, "num_steps": 1}]).phases
+    assert second.shard_dir("/s/part-a.txt") == f"{tmp_path}/shards/phase2/part-a"
+    assert (first.pretrain["num_steps"], second.pretrain["num_steps"], second.shards["max_seq_length"]) == (9, 1, 512)
+    # The second phase starts from the first one's output: the plan says so, the task does not work it out.
+    assert "model" not in second.pretrain and second.pretrain["pretrained"] == first.output
     bad = [
         (dict(phases=[{"max_seq_length": 128}, {"max_seq_length": 1024}]),
          r"phases\[1\]: max_seq_length 1024 is longer than the model's 512 positions"),
@@ -164,5 +185,48 @@ def test_pretraining_phases_are_checked_before_any_work(tmp_path):
         (dict(seq=128), r"bert_pretraining conf: unknown param\(s\) seq"),
     ]
     for conf, message in bad:
+        with pytest.raises(BertPipelineError, match=message):
+            plan(**conf)
+
+
+def test_pretrain_phases_runs_the_plan_it_is_given(monkeypatch):
+    """The pretrain task does not plan again: an edited plan is what it runs, phase by phase."""
+    calls = []
+
+    def fake_pretrain(shards, output, settings, vocab=None, data_eval=None):
+        calls.append((shards, output, settings, vocab, data_eval))
+        return {"output": output, "metrics": {"loss": 1.0}, "mlflow_run_id": f"run-{len(calls)}"}
+
+    monkeypatch.setattr(ops, "pretrain", fake_pretrain)
+    phase = plan_pretraining.PhasePlan(name="p", index=0, shards={}, pretrain={"num_steps": 7, "model": "m"},
+                                       shards_dir="/x/shards", heldout_dir="/x/held", output="/x/out")
+    edited = plan_pretraining.PretrainingPlan(work_dir="/x", inputs=[], vocab="/v.txt", segmented="/x/seg",
+                                              registry="/x/reg", phases=[phase])
+    result = ops.pretrain_phases(edited, ["/x/seg/a.txt", "/x/seg/b.txt"])
+    assert calls == [("/x/shards/a,/x/shards/b", "/x/out", {"num_steps": 7, "model": "m"}, "/v.txt", "/x/held")]
+    assert result["phases"] == [{"phase": "p", "output": "/x/out", "metrics": {"loss": 1.0}, "mlflow_run_id": "run-1"}]
+
+
+def test_demo_params_are_the_library_fields_and_keep_the_old_names(tmp_path, monkeypatch, caplog, minilm_dir):
+    """bert_demo's Params come from the configs (the demo's values written once); its old conf keys still work."""
+    from pipelines.bert_demo import DEMO, PARAMS
+
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
+    defaults = {name: param.value for name, param in PARAMS.items()}
+    assert defaults["pretrain_num_steps"] == DEMO.pretrain["num_steps"] == 300
+    assert "Library default: 2e-05" in PARAMS["finetune_lr"].description
+
+    def plan(**conf):
+        return plan_demo.plan({**defaults, "model": str(minilm_dir), **conf}, "r1", DEMO, tuple(PARAMS), defaults)
+
+    with caplog.at_level("WARNING"):
+        old = plan(pretrain_steps=8, finetune_workers=0)
+    assert old.pretrain["num_steps"] == 8 and old.finetune["sst-2"].settings["num_workers"] == 0
+    assert "'pretrain_steps' is deprecated; write 'pretrain_num_steps'" in caplog.text
+    assert plan(squad_epochs=1).finetune["squad"].settings["epochs"] == 1
+    assert plan(squad_epochs=1).finetune["sst-2"].settings["epochs"] == DEMO.finetune["epochs"]
+    for conf, message in [(dict(pretrain_step=8), r"bert_demo conf: unknown param\(s\) pretrain_step"),
+                          (dict(pretrain_batch_size=33), "bert_demo params: .*multiple of 2"),
+                          (dict(pretrain_steps=8, pretrain_num_steps=9), "give pretrain_num_steps only")]:
         with pytest.raises(BertPipelineError, match=message):
             plan(**conf)

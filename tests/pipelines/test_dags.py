@@ -53,13 +53,13 @@ def test_demo_dag_shape(dagbag):
                   (f"evaluate_{name}", f"register_and_promote_{name}"), (f"register_and_promote_{name}", "summary")]
     edges = _edges(dag)
     assert set(chain) <= edges
-    # plan feeds the steps; nothing else links the two branches.
+    # plan feeds the steps (evaluate: through fine-tuning's result, which carries its task's plan); nothing else
+    # links the two branches.
     assert edges - set(chain) == {("plan", t) for t in ("segment", "make_shards", "make_heldout_shards", "pretrain",
-                                                         "finetune_sst2",
-                                                         "finetune_squad", "evaluate_sst2", "evaluate_squad",
+                                                         "finetune_sst2", "finetune_squad",
                                                          "register_and_promote_pretrained", "register_and_promote_sst2",
                                                          "register_and_promote_squad", "summary")}
-    assert dag.params["pretrain_workers"] == 2
+    assert dag.params["pretrain_num_workers"] == 2
 
 
 def test_finetune_dag_maps_over_tasks(dagbag):
@@ -84,7 +84,7 @@ def test_pretraining_dag_maps_make_shards_over_input_files_and_phases(dagbag):
     chain = {("segment", "make_shards"), ("make_shards", "validate_shards"), ("validate_shards", "pretrain"),
              ("segment", "make_heldout_shards"), ("make_heldout_shards", "pretrain"),
              ("pretrain", "register_and_promote"), ("phases", "make_shards"), ("phases", "make_heldout_shards"),
-             ("phases", "pretrain"), ("segment", "pretrain")}
+             ("segment", "pretrain")}
     edges = _edges(dag)
     assert chain <= edges and {e for e in edges if e[0] != "plan"} == chain
     assert {t.task_id for t in dag.tasks if t.is_mapped} == {"make_shards", "make_heldout_shards", "validate_shards"}
@@ -105,6 +105,71 @@ def test_pretraining_dag_maps_make_shards_over_input_files_and_phases(dagbag):
     for name in ("dtype", "adam_eps", "accumulate", "ckpt_interval", "max_failures", "weight_decay"):
         assert dag.params[name] == getattr(library, name), name
     assert all(dag.params[name] == value for name, value in DAG_DEFAULTS.items())
+
+
+def _callable(dag, task_id):
+    task = dag.get_task(task_id)
+    return getattr(task, "python_callable", None) or task.partial_kwargs["python_callable"]
+
+
+def test_only_the_plan_task_reads_the_conf(dagbag):
+    """Each DAG plans its run once: no task after `plan` takes the run's params."""
+    import inspect
+
+    for dag_id in ("bert_demo", "bert_finetune", "bert_pretraining"):
+        dag = dagbag.dags[dag_id]
+        for task in dag.tasks:
+            reads_conf = "params" in inspect.signature(_callable(dag, task.task_id)).parameters
+            assert reads_conf == (task.task_id == "plan"), f"{dag_id}.{task.task_id}"
+
+
+def test_later_tasks_run_the_plan_they_are_given(dagbag, tmp_path, monkeypatch):
+    """A plan edited between the plan task and the next is what the next runs (nothing is planned twice)."""
+    from operators import tasks as ops
+
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "unused")  # no lookup of an Airflow connection for S3
+    calls: dict[str, list] = {}
+
+    def record(name, result):
+        return lambda *args, **kwargs: calls.setdefault(name, []).append((args, kwargs)) or result(args)
+
+    monkeypatch.setattr(ops, "make_shards", record("make_shards", lambda a: a[1]))
+    monkeypatch.setattr(ops, "pretrain", record("pretrain", lambda a: {"output": a[1], "metrics": {},
+                                                                       "mlflow_run_id": None}))
+    monkeypatch.setattr(ops, "finetune", record("finetune", lambda a: {}))
+
+    def planned(dag_id, **conf):
+        dag = dagbag.dags[dag_id]
+        params = {name: dag.params[name] for name in dag.params}
+        return dag, _callable(dag, "plan")(params={**params, "work_dir": str(tmp_path / dag_id), **conf},
+                                           run_id="r1")
+
+    dag, plan = planned("bert_pretraining", phases=[{"num_steps": 5}, {"num_steps": 3}])
+    plan["vocab"] = "/edited/vocab.txt"
+    plan["phases"][0]["shards"]["dupe_factor"] = 9
+    plan["phases"][1]["pretrain"]["num_steps"] = 7
+    _callable(dag, "make_shards")(segmented_file="/s/part-a.txt", phase=plan["phases"][0], plan=plan)
+    (args, kwargs), = calls["make_shards"]
+    assert args[1:3] == (f"{tmp_path}/bert_pretraining/shards/phase1/part-a", "/edited/vocab.txt")
+    assert args[3]["dupe_factor"] == 9
+    _callable(dag, "pretrain")(validated=[], heldout=[], segmented_files=["/s/part-a.txt"], plan=plan)
+    first, second = calls["pretrain"]
+    assert (first[0][2]["num_steps"], second[0][2]["num_steps"]) == (5, 7)
+    assert second[0][2]["pretrained"] == first[0][1] and second[1]["vocab"] == "/edited/vocab.txt"
+
+    dag, specs = planned("bert_finetune")
+    specs[0]["settings"]["lr"] = 0.5
+    _callable(dag, "finetune")(spec=specs[0])
+    assert calls["finetune"][-1][0][4]["lr"] == 0.5
+
+    dag, plan = planned("bert_demo")
+    plan["finetune"]["squad"]["settings"]["epochs"] = 7
+    plan["pretrain"]["num_steps"] = 11
+    _callable(dag, "finetune_squad")("squad", plan)
+    assert calls["finetune"][-1][0][4]["epochs"] == 7
+    _callable(dag, "pretrain")({"shards_dir": "/s"}, "/h", plan)
+    assert calls["pretrain"][-1][0][2]["num_steps"] == 11
 
 
 def test_nightly_dag_is_scheduled_daily_and_maps_over_models(dagbag):

@@ -52,8 +52,9 @@ def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, mi
     from bert_core.io.tracking import MlflowTracker
     from operators import registry
     from operators import tasks as ops
+    from operators.locations import demo_data
 
-    trained = ops.finetune("sst-2", ops.demo_data("sst2"), str(minilm_dir), str(tmp_path / "ft"),
+    trained = ops.finetune("sst-2", demo_data("sst2"), str(minilm_dir), str(tmp_path / "ft"),
                            dict(epochs=1, batch_size=16, lr=1e-4, max_len=32))
     champion = ops.register_and_promote(trained, str(tmp_path / "registry"))
     assert champion["promoted"]

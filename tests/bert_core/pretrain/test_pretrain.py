@@ -71,6 +71,32 @@ def test_pretrained_dir_is_the_starting_point(cfg, tmp_path):
     assert any(i["uri"].startswith(str(tmp_path / "first")) for i in done["inputs"])  # its weights are an input
 
 
+def test_a_run_resolves_its_inputs_and_model_once(cfg, tmp_path, monkeypatch):
+    """pretrain() plans its run at the entry (bert_core.pretrain.run_plan) and hands the plan down: the shards,
+    the starting weights and the output are resolved once, not again by each helper."""
+    from bert_core.pretrain import run_plan
+
+    pretrain(cfg(num_steps=2, output=str(tmp_path / "first")))
+    calls = {"shards": 0, "model_dir": 0, "plans": 0}
+
+    def counted(name, fn):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return call
+
+    resolve = counted("model_dir", run_plan.resolve_model_dir)
+    monkeypatch.setattr(run_plan, "ShardSet", counted("shards", run_plan.ShardSet))
+    monkeypatch.setattr(run_plan, "resolve_model_dir", resolve)
+    monkeypatch.setattr("bert_core.model.weights.resolve_model_dir", resolve)
+    monkeypatch.setattr("bert_core.pretrain.step.plan_run", counted("plans", run_plan.plan_run))
+    config = cfg(num_steps=2, output=str(tmp_path / "continued"), model=None, pretrained=str(tmp_path / "first"),
+                 data_eval=cfg().data)
+    result = pretrain(config)
+    assert calls == {"shards": 2, "model_dir": 1, "plans": 1}  # data and data_eval; the starting weights
+    assert result["config"]["pretrained"] == str(tmp_path / "first")
+
+
 def test_accumulation_equals_the_doubled_batch(cfg, tmp_path):
     runs = {}
     for name, kwargs in {"accumulate": dict(batch_size=8, accumulate=2), "batch": dict(batch_size=16)}.items():

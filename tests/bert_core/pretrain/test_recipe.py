@@ -29,7 +29,10 @@ def test_given_settings_win_and_the_choice_is_recorded():
     assert chosen.chosen == ("optimizer", "lr", "warmup")
     given = recipe.resolve("lamb", 2e-3, 0.05, hidden_size=256, global_batch=64, total_steps=1000)
     assert (given.optimizer, given.lr, given.warmup_ratio, given.chosen) == ("lamb", 2e-3, 0.05, ())
-    assert "by the default rule" not in given.describe()
+    assert "by the default rule" not in given.describe() and "rule:" not in given.describe()
+    # The log line at a run's start gives the rule's lr as a number, with the width and batch it came from.
+    ruled = recipe.resolve(None, None, None, hidden_size=128, global_batch=32, total_steps=1000).describe()
+    assert "lr 1.41e-03 (rule: " in ruled and "for hidden 128, global batch 32)" in ruled
     assert given.as_dict()["chosen_by_rule"] == []
 
 

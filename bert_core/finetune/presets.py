@@ -1,9 +1,10 @@
-"""Named fine-tuning recipes: the per-task settings of published BERT setups, and their search protocol.
+"""Named fine-tuning presets: the per-task settings of published BERT setups, and their search protocol.
 
-A recipe gives FinetuneConfig values per task (tasks it does not name get its `common` values) and,
+A preset gives FinetuneConfig values per task (tasks it does not name get its `common` values) and,
 optionally, a hyperparameter grid: the values a search tries per task (bert_core.launch.ray_tune).
-What a run uses is layered: the caller's base settings, then the recipe's values for the task, then the
-caller's per-task overrides (`settings_for`).
+What a run uses is layered: the caller's base settings, then the preset's values for the task, then the
+caller's per-task overrides (`settings_for`). ("Preset", not "recipe": the pretraining recipe is the lr rule
+of bert_core/pretrain/recipe.py.)
 
 - `gluonnlp`: the commands of GluonNLP's BERT fine-tuning scripts (scripts/bert: finetune_classifier.py,
   finetune_squad.py) for BERT-base: their defaults (BERTAdam, lr 5e-5, batch 32, 3 epochs, max_len 128,
@@ -21,17 +22,23 @@ caller's per-task overrides (`settings_for`).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from bert_core.errors import BertPipelineError
 
+log = logging.getLogger(__name__)
+
 NONE = "none"
+# `search: "preset"` runs the preset's grid; "recipe" is the name the bert_finetune form shipped with.
+SEARCH_PRESET = "preset"
+DEPRECATED_SEARCH = "recipe"
 SEARCHABLE = ("lr", "seed", "epochs", "batch_size", "warmup_ratio", "weight_decay", "null_score_diff_threshold")
 
 
 @dataclass(frozen=True)
-class FinetuneRecipe:
+class FinetunePreset:
     name: str
     source: str
     common: dict[str, Any]
@@ -47,8 +54,8 @@ class FinetuneRecipe:
 
 
 _SEEDS = [1, 2, 3]
-RECIPES: dict[str, FinetuneRecipe] = {
-    "gluonnlp": FinetuneRecipe(
+PRESETS: dict[str, FinetunePreset] = {
+    "gluonnlp": FinetunePreset(
         "gluonnlp", "GluonNLP scripts/bert (finetune_classifier.py, finetune_squad.py), BERT-base commands",
         common={"optimizer": "bertadam", "lr": 5e-5, "batch_size": 32, "epochs": 3, "max_len": 128,
                 "adam_eps": 1e-6, "warmup_ratio": 0.1},
@@ -61,7 +68,7 @@ RECIPES: dict[str, FinetuneRecipe] = {
             "squad": {"optimizer": "adamw", "batch_size": 12, "lr": 3e-5, "epochs": 2, "max_seq_length": 384,
                       "doc_stride": 128},
         }),
-    "bert-paper": FinetuneRecipe(
+    "bert-paper": FinetunePreset(
         "bert-paper", "Devlin et al., BERT (NAACL 2019), section 4 and appendix A.3",
         common={"optimizer": "bertadam", "lr": 2e-5, "batch_size": 32, "epochs": 3, "max_len": 128,
                 "warmup_ratio": 0.1, "weight_decay": 0.01},
@@ -72,33 +79,33 @@ RECIPES: dict[str, FinetuneRecipe] = {
 
 
 def names() -> tuple[str, ...]:
-    return (NONE, *RECIPES)
+    return (NONE, *PRESETS)
 
 
-def get(name: str | None) -> FinetuneRecipe | None:
+def get(name: str | None) -> FinetunePreset | None:
     if name in (None, "", NONE):
         return None
-    if name not in RECIPES:
-        raise BertPipelineError(f"unknown fine-tuning recipe {name!r}; known: {', '.join(names())}")
-    return RECIPES[name]
+    if name not in PRESETS:
+        raise BertPipelineError(f"unknown fine-tuning preset {name!r}; known: {', '.join(names())}")
+    return PRESETS[name]
 
 
-def _squad_v2(recipe: FinetuneRecipe | None, version_2: bool) -> dict[str, Any]:
-    """SQuAD 2.0 differs from 1.1 in both recipes."""
-    if recipe is None or not version_2:
+def _squad_v2(preset: FinetunePreset | None, version_2: bool) -> dict[str, Any]:
+    """SQuAD 2.0 differs from 1.1 in both presets."""
+    if preset is None or not version_2:
         return {}
-    if recipe.name == "gluonnlp":
+    if preset.name == "gluonnlp":
         return {"null_score_diff_threshold": -2.0}
     return {"epochs": 2, "batch_size": 48}
 
 
-def settings_for(task: str, base: dict[str, Any], recipe: str | None = None,
+def settings_for(task: str, base: dict[str, Any], preset: str | None = None,
                  overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """A task's FinetuneConfig values: `base` < the recipe's values for the task < `overrides[task]`.
+    """A task's FinetuneConfig values: `base` < the preset's values for the task < `overrides[task]`.
     Every key is checked against FinetuneConfig's fields; errors name the key and where it came from."""
     from bert_core.finetune.config import FinetuneConfig
 
-    chosen = get(recipe)
+    chosen = get(preset)
     settings = dict(base)
     if chosen is not None:
         settings.update(chosen.settings(task))
@@ -114,20 +121,23 @@ def settings_for(task: str, base: dict[str, Any], recipe: str | None = None,
     return settings
 
 
-def grid_for(task: str, search: str | dict[str, list[Any]] | None, recipe: str | None = None) -> dict[str, list[Any]]:
-    """The hyperparameter grid of a task: `search` "recipe" -> the recipe's grid; a dict -> that grid (the
+def grid_for(task: str, search: str | dict[str, list[Any]] | None, preset: str | None = None) -> dict[str, list[Any]]:
+    """The hyperparameter grid of a task: `search` "preset" -> the preset's grid; a dict -> that grid (the
     same for every task); None/{} -> no search. Values are checked: lists of at least one value of
     settings a search may vary."""
     if not search:
         return {}
-    if search == "recipe":
-        chosen = get(recipe)
+    if search == DEPRECATED_SEARCH:
+        log.warning("search: %r is deprecated; write %r", DEPRECATED_SEARCH, SEARCH_PRESET)
+        search = SEARCH_PRESET
+    if search == SEARCH_PRESET:
+        chosen = get(preset)
         if chosen is None or not chosen.grid(task):
-            raise BertPipelineError(f"search: 'recipe' needs a recipe with a search protocol (bert-paper), "
-                                    f"not {recipe or NONE!r}")
+            raise BertPipelineError(f"search: 'preset' needs a preset with a search protocol (bert-paper), "
+                                    f"not {preset or NONE!r}")
         return chosen.grid(task)
     if not isinstance(search, dict):
-        raise BertPipelineError(f"search: expected 'recipe' or an object such as {{\"lr\": [5e-5, 3e-5]}}, got "
+        raise BertPipelineError(f"search: expected 'preset' or an object such as {{\"lr\": [5e-5, 3e-5]}}, got "
                                 f"{search!r}")
     for key, values in search.items():
         if key not in SEARCHABLE:

@@ -1,0 +1,70 @@
+"""What one pretraining run reads and writes, resolved once where the run starts and handed down.
+
+`plan_run(config)` checks the flags, finds the shards (an s3:// spec is fetched into the local cache), reads
+their manifests, resolves the starting weights and the architecture, and says where the output and the
+checkpoints go. The step's helpers take the `RunPlan` instead of re-resolving the same URIs from the config.
+It is made once per process that runs the step: the launcher's check on the driver, and each worker (a
+worker on another node needs its own local copies of s3 inputs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bert_core.errors import BertPipelineError
+from bert_core.io import storage
+from bert_core.model import zoo
+from bert_core.model.config import BertConfig
+from bert_core.model.weights import find_model_files, resolve_model_dir
+from bert_core.pretrain.config import PretrainConfig
+from bert_core.pretrain.stream import ShardSet, check_vocab
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    config: PretrainConfig
+    shards: ShardSet
+    eval_shards: ShardSet | None
+    model_config: BertConfig  # the architecture this run trains
+    pretrained_dir: Path | None  # local directory of the starting weights (None: from scratch)
+    pretrained_weights: Path | None  # their weights file, an input of the run like the shards
+    output: str  # the model directory to create, local or s3://
+    output_local: Path | None  # its local path (None for s3://)
+    checkpoint_root: str
+
+    def shard_sets(self) -> list[ShardSet]:
+        return [self.shards] + ([self.eval_shards] if self.eval_shards is not None else [])
+
+    def check_data_fits_model(self) -> None:
+        """The shards' token ids and lengths fit the model's vocabulary and positions."""
+        for shards in self.shard_sets():
+            check_vocab(shards, self.model_config.vocab_size)
+            _, seq_len, _ = shards.header(0)
+            if seq_len > self.model_config.max_position_embeddings:
+                raise BertPipelineError(f"{shards.paths[0]}: sequences of length {seq_len} exceed the model's "
+                                        f"max_position_embeddings ({self.model_config.max_position_embeddings})")
+
+
+def model_config_from(spec: str) -> BertConfig:
+    """--model: a CONFIG_JSON file, or a zoo / bert_LAYERS_HIDDEN_HEADS architecture name."""
+    if spec.endswith(".json") or (not storage.is_s3(spec) and storage.local_path(spec).is_file()):
+        return BertConfig.from_json_file(storage.local_path(spec))
+    return zoo.architecture_config(spec)
+
+
+def plan_run(config: PretrainConfig) -> RunPlan:
+    config.validate()
+    pretrained_dir = pretrained_weights = None
+    if config.pretrained:
+        pretrained_dir = resolve_model_dir(config.pretrained)
+        config_file, pretrained_weights = find_model_files(pretrained_dir)
+        model_config = BertConfig.from_json_file(config_file)
+    else:
+        model_config = model_config_from(config.model)
+    return RunPlan(config=config, shards=ShardSet(config.data),
+                   eval_shards=ShardSet(config.data_eval) if config.data_eval else None,
+                   model_config=model_config, pretrained_dir=pretrained_dir, pretrained_weights=pretrained_weights,
+                   output=config.output,
+                   output_local=None if storage.is_s3(config.output) else storage.local_path(config.output),
+                   checkpoint_root=config.checkpoint_root())
