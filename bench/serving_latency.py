@@ -214,8 +214,8 @@ def eager_runner(model_dir: Path):
 
 
 def dev_inputs(model_dir: Path, args) -> tuple[list[str], np.ndarray, list[list[int]], list[list[int]]]:
-    from bert_core.finetune.tasks.glue import read_examples
     from bert_core.model.tokenization import BertTokenizer
+    from bert_core.tasks.glue import read_examples
 
     examples = read_examples("sst-2", args.data_dir / "dev.tsv")[:args.sentences or None]
     tok = BertTokenizer.from_model_dir(model_dir)

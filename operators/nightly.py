@@ -66,8 +66,8 @@ def throughput_command(bench_dir: str | None = None) -> list[str]:
 
 def dev_files_sha256(task: str, data_dir: str) -> dict[str, str]:
     """sha256 of each dev file of `task` in `data_dir`: the pin of the night's data."""
-    from bert_core.finetune.tasks import registry as tasks
     from bert_core.io import manifest, storage
+    from bert_core.tasks import catalog as tasks
 
     info = tasks.get(task)
     local = storage.local_dir(data_dir)
@@ -84,7 +84,7 @@ def dev_files_sha256(task: str, data_dir: str) -> dict[str, str]:
 def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
     """The night's work: which model versions to evaluate on which pinned data."""
     from bert_core.errors import BertPipelineError
-    from bert_core.finetune.tasks import registry as tasks
+    from bert_core.tasks import catalog as tasks
     from operators import registry
     from operators.tasks import ensure_experiment
 

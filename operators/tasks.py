@@ -158,10 +158,10 @@ def finetune(task: str, data_dir: str, model: str, output: str, settings: dict[s
     from bert_core.deploy.mlflow_model import pyfunc_spec
     from bert_core.errors import BertPipelineError
     from bert_core.finetune.step import FINETUNE, FinetuneConfig
-    from bert_core.finetune.tasks import registry as tasks
     from bert_core.io import manifest, storage
     from bert_core.io.tracking import build_tracker
     from bert_core.launch.run import run_step
+    from bert_core.tasks import catalog as tasks
 
     name = tasks.get(task).name
     settings = _known(FinetuneConfig, settings, "finetune settings", exclude=("task", "data_dir", "model", "output"))
@@ -195,10 +195,10 @@ def _search(config, grid: dict[str, list[Any]], max_concurrent: int) -> dict[str
     """A Ray Tune search under one parent MLflow run; the best trial is what the next steps use."""
     import dataclasses
 
-    from bert_core.finetune.tasks import registry as tasks
     from bert_core.io import storage
     from bert_core.io.tracking import build_tracker
     from bert_core.launch import ray_tune
+    from bert_core.tasks import catalog as tasks
 
     config.validate()
     metric = tasks.get(config.task).main_metric
@@ -232,8 +232,8 @@ def evaluate(finetuned: dict[str, Any], output: str) -> dict[str, Any]:
     import tempfile
 
     from bert_core.finetune.step import SCORED, score_output
-    from bert_core.finetune.tasks import registry as tasks
     from bert_core.io import manifest, storage
+    from bert_core.tasks import catalog as tasks
 
     started = manifest.now()
     task = tasks.get(finetuned["task"])
@@ -336,7 +336,7 @@ def plan_finetune(params: dict[str, Any], run_id: str | None, settings: tuple[st
     limits and GPU settings; an error names the param."""
     from bert_core.errors import BertPipelineError
     from bert_core.finetune import recipes
-    from bert_core.finetune.tasks import registry as tasks
+    from bert_core.tasks import catalog as tasks
     from operators.params import check_conf_keys, settings_from
 
     if declared:
@@ -374,8 +374,8 @@ def _check_finetune_spec(spec: dict[str, Any]) -> None:
     """The task's config as the step will build it, its files and the model's limits, checked now."""
     from bert_core.errors import BertPipelineError
     from bert_core.finetune.config import FinetuneConfig
-    from bert_core.finetune.tasks import registry as tasks
     from bert_core.io import storage
+    from bert_core.tasks import catalog as tasks
 
     task = spec["task"]
     where = f"task {task}"

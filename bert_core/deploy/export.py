@@ -254,17 +254,17 @@ def _check_eval_data(cfg: ExportConfig) -> str | None:
                                 "a token-classification export is checked against PyTorch only (parity)")
     if not Path(cfg.eval_data).is_file():
         raise BertPipelineError(f"--eval-data {cfg.eval_data}: no such file")
-    from bert_core.finetune.tasks import registry
+    from bert_core.tasks import catalog
 
     if cfg.task == "question_answering":
-        if cfg.eval_task is not None and registry.get(cfg.eval_task).kind != "squad":
+        if cfg.eval_task is not None and catalog.get(cfg.eval_task).kind != "squad":
             raise BertPipelineError(f"--eval-task {cfg.eval_task}: a question-answering export is scored on "
                                     "SQuAD data (a SQuAD JSON file; leave --eval-task out)")
         return "squad"
     if cfg.eval_task is None:
         raise BertPipelineError(f"--eval-data {cfg.eval_data}: name its task with --eval-task (e.g. SST-2, "
                                 "MRPC, STS-B, XNLI) to read the TSV and score it")
-    info = registry.get(cfg.eval_task)
+    info = catalog.get(cfg.eval_task)
     if info.kind != cfg.task:
         raise BertPipelineError(f"--eval-task {cfg.eval_task} is a {info.kind} task, but this is a {cfg.task} "
                                 "export")
@@ -273,7 +273,7 @@ def _check_eval_data(cfg: ExportConfig) -> str | None:
 
 def _check_labels(task: str, labels: list[str] | None) -> None:
     """Predictions are the model's label strings: they must be the task's, or scoring is meaningless."""
-    from bert_core.finetune.tasks import glue
+    from bert_core.tasks import glue
 
     if task == "squad" or labels is None:
         return
@@ -285,11 +285,11 @@ def _check_labels(task: str, labels: list[str] | None) -> None:
 
 def evaluate_export(model: ExportedModel, data: str | Path, task: str) -> Evaluation:
     """Predict `data` with the fp32 graph and, if the export has one, the INT8 graph; score both."""
-    from bert_core.finetune.tasks import registry
+    from bert_core.tasks import catalog
 
     squad = None
     if task == "squad":
-        from bert_core.finetune.tasks.squad import V2, read_squad
+        from bert_core.tasks.squad import V2, read_squad
 
         version, _ = read_squad(data)
         squad = SquadOptions(version_2=version == V2)
@@ -310,7 +310,7 @@ def evaluate_export(model: ExportedModel, data: str | Path, task: str) -> Evalua
                 scores[precision] = score_predictions(task, data, written[0])
     fp32, int8 = scores["fp32"], scores.get("int8")
     difference = {} if int8 is None else {k: int8[k] - fp32[k] for k in fp32 if k in int8}
-    return Evaluation(str(data), task, examples, registry.get(task).main_metric, fp32, int8, difference)
+    return Evaluation(str(data), task, examples, catalog.get(task).main_metric, fp32, int8, difference)
 
 
 def _flat_metrics(evaluation: Evaluation) -> dict[str, float]:
@@ -380,7 +380,8 @@ def predict_file(model: ExportedModel, data: str | Path, output: str | Path, tas
     tokenizer = BertTokenizer(vocab, do_lower_case=meta.get("do_lower_case") is not False)
     seq = meta["seq_length"]
     if meta["task"] == "question_answering":
-        from bert_core.finetune.tasks.squad import make_features, postprocess, read_squad
+        from bert_core.finetune.tasks.squad import make_features, postprocess
+        from bert_core.tasks.squad import read_squad
 
         squad = squad or SquadOptions()
         _, examples = read_squad(data)
@@ -394,7 +395,7 @@ def predict_file(model: ExportedModel, data: str | Path, output: str | Path, tas
         return len(examples), [str(Path(output) / name) for name in written]
     if not task:
         raise BertPipelineError("--task is needed to read a GLUE-style TSV (e.g. --task MRPC)")
-    from bert_core.finetune.tasks.glue import read_examples
+    from bert_core.tasks.glue import read_examples
 
     examples = read_examples(task, data)
     arrays = feats.encode_examples(tokenizer, examples, seq)

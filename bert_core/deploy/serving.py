@@ -155,7 +155,7 @@ class TaskPredictor:
             labels = [id2label.get(i, str(i)) for i in range(model_config.num_labels)]
         pair = False
         if card.kind in ("classification", "regression"):
-            from bert_core.finetune.tasks import glue
+            from bert_core.tasks import glue
 
             try:
                 pair = glue.get_task(card.task).text_b is not None
@@ -230,7 +230,8 @@ class TaskPredictor:
         return answers
 
     def _squad(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from bert_core.finetune.tasks.squad import SquadExample, make_features, postprocess
+        from bert_core.finetune.tasks.squad import make_features, postprocess
+        from bert_core.tasks.squad import SquadExample
 
         examples = [SquadExample(str(i), _text(r, "question", i), _text(r, "context", i), ())
                     for i, r in enumerate(records)]

@@ -18,10 +18,10 @@ import torch
 from bert_core.errors import BertPipelineError
 from bert_core.finetune.config import FinetuneConfig
 from bert_core.finetune.step import _evaluate
-from bert_core.finetune.tasks import registry
 from bert_core.finetune.tasks.adapters import ADAPTERS
 from bert_core.io import storage
 from bert_core.model.tokenization import BertTokenizer
+from bert_core.tasks import catalog
 from bert_core.train.precision import Precision
 
 # The settings that decide how dev examples become features; the rest of a fine-tuning config does not matter here.
@@ -37,7 +37,7 @@ def evaluate_model(model_dir: str | Path, task: str, data_dir: str,
     `settings` are fine-tuning config fields (e.g. the model's own `max_len`, from its finetune manifest);
     unknown keys are an error. Prediction files go to `out_dir` when given (kept), else a temp dir.
     """
-    info = registry.get(task)
+    info = catalog.get(task)
     settings = dict(settings or {})
     unknown = set(settings) - set(FEATURE_FIELDS)
     if unknown:

@@ -41,13 +41,13 @@ from tqdm import tqdm
 from bert_core.errors import BertPipelineError
 from bert_core.finetune import task_card
 from bert_core.finetune.config import FinetuneConfig
-from bert_core.finetune.tasks import registry
 from bert_core.finetune.tasks.adapters import ADAPTERS, Adapter, EvalSet
 from bert_core.io import manifest, storage
 from bert_core.io.tracking import NullTracker, Tracker, build_tracker, standard_tags
 from bert_core.metrics.scoring import score_predictions
 from bert_core.model.tokenization import BertTokenizer
 from bert_core.model.weights import resolve_model_dir, save_state_dict
+from bert_core.tasks import catalog
 from bert_core.train import dist
 from bert_core.train.loop import optimizer_step
 from bert_core.train.optim import build_optimizer, build_scheduler
@@ -60,14 +60,14 @@ PREDICTIONS_ARTIFACT = "predictions"  # MLflow artifact path of the prediction f
 
 SCORED = "scored.json"  # in an output (and each epoch's predictions): the files the dev metrics come from
 def experiment_name(task: str) -> str:
-    return f"bert-finetune/{registry.get(task).name}"
+    return f"bert-finetune/{catalog.get(task).name}"
 
 
 @dataclass
 class Prepared:
     """What every worker needs before training: the task, its files and the inputs' hashes."""
 
-    task: registry.TaskInfo
+    task: catalog.TaskInfo
     model_dir: Path
     adapter: Adapter
     inputs: dict[str, str]  # path -> sha256 of the files this run reads
@@ -77,7 +77,7 @@ def prepare(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> Prepar
     """Check the config, the task's files and the model; hash the inputs unless given (Ray workers get
     the driver's hashes)."""
     cfg.validate()
-    task = registry.get(cfg.task)
+    task = catalog.get(cfg.task)
     data_dir = storage.local_dir(cfg.data_dir)
     if not data_dir.is_dir():
         raise BertPipelineError(f"--data-dir {cfg.data_dir}: no such directory")

@@ -15,13 +15,15 @@ from typing import Any
 import numpy as np
 
 from bert_core.errors import BertPipelineError
-from bert_core.finetune.tasks import conll, features, glue, outputs, squad
-from bert_core.finetune.tasks.registry import Split, TaskInfo, find_file
+from bert_core.finetune.tasks import features, outputs, squad
 from bert_core.model.modeling import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
 )
+from bert_core.tasks import conll, glue
+from bert_core.tasks.catalog import Split, TaskInfo, find_file
+from bert_core.tasks.squad import read_squad
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +188,7 @@ class SquadAdapter(Adapter):
         return [(dev, find_file(self.data_dir, dev.files, "dev", self.task))]
 
     def _features(self, path: Path, training: bool):
-        version, examples = squad.read_squad(path)
+        version, examples = read_squad(path)
         if (version == "2.0") != bool(self.cfg.version_2) and not training:
             log.warning("%s is SQuAD %s but --version-2 is %s", path, version, bool(self.cfg.version_2))
         feats = squad.make_features(examples, self.tokenizer, self.cfg.max_seq_length, self.cfg.doc_stride,

@@ -11,13 +11,14 @@ import torch
 from bert_core.deploy.export import ExportConfig, ExportedModel, _groups_balance, _physical_cores, export
 from bert_core.errors import BertPipelineError
 from bert_core.finetune.tasks import features as feats
-from bert_core.finetune.tasks.squad import make_features, postprocess, read_squad
+from bert_core.finetune.tasks.squad import make_features, postprocess
 from bert_core.model.modeling import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
 )
 from bert_core.model.tokenization import BertTokenizer
+from bert_core.tasks.squad import read_squad
 from bert_pipeline.cli import main
 from tests.paths import FIXTURES
 from tests.tiny_bert import write_tiny_bert
@@ -113,7 +114,7 @@ def test_predict_glue_with_fp32_and_int8(minilm_dir, tmp_path, capsys):
     int8 = evaluate_glue_files("sst-2", dev, tmp_path / "int8.tsv")["accuracy"]
     # PyTorch's own predictions equal the fp32 export's.
     model = BertForSequenceClassification.from_pretrained(str(model_dir))
-    from bert_core.finetune.tasks.glue import read_examples
+    from bert_core.tasks.glue import read_examples
 
     arrays = feats.encode_examples(BertTokenizer.from_model_dir(model_dir), read_examples("sst-2", dev), 16)
     with torch.no_grad():

@@ -11,12 +11,13 @@ import torch
 
 from bert_core.errors import BertPipelineError
 from bert_core.finetune.step import FinetuneConfig, finetune, predict
-from bert_core.finetune.tasks import features, glue
+from bert_core.finetune.tasks import features
 from bert_core.io.manifest import sha256_file
 from bert_core.metrics.scoring import score_predictions
 from bert_core.model.modeling import BertForSequenceClassification
 from bert_core.model.tokenization import BertTokenizer
 from bert_core.model.weights import read_state_dict
+from bert_core.tasks import glue
 from bert_core.train.precision import Precision
 from bert_pipeline.cli import main
 from tests import toy_tasks
