@@ -250,8 +250,7 @@ def run_transformers(args, out_dir: Path) -> dict:
         epoch_dir.mkdir(parents=True, exist_ok=True)
         if qa:
             examples, features = dev.payload
-            result = squad.postprocess(examples, features, scores["start_logits"].tolist(),
-                                       scores["end_logits"].tolist(), cfg.n_best_size, cfg.max_answer_length)
+            result = squad.postprocess(examples, features, scores["start_logits"], scores["end_logits"], cfg)
             write_squad_predictions(epoch_dir, result, version_2=False)
             path = epoch_dir / "predictions.json"
         else:

@@ -389,8 +389,7 @@ def predict_file(model: ExportedModel, data: str | Path, output: str | Path, tas
         arrays = feats.pad_squad_features(features, seq)
         start, end = model.run(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"],
                                quantized=quantized)
-        result = postprocess(examples, features, start.tolist(), end.tolist(), squad.n_best_size,
-                             squad.max_answer_length, squad.version_2, squad.null_score_diff_threshold)
+        result = postprocess(examples, features, start, end, squad)
         written = feats.write_squad_predictions(output, result, squad.version_2)
         return len(examples), [str(Path(output) / name) for name in written]
     if not task:

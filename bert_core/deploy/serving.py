@@ -239,11 +239,8 @@ class TaskPredictor:
         feats = make_features(examples, self.tokenizer, self.card.max_seq_length, options.doc_stride,
                               options.max_query_length)
         results = self._run([f.input_ids for f in feats], [f.segment_ids for f in feats])
-        # Padded to each batch's length: the logits past a feature's own tokens are dropped here.
-        starts = [r["start_logits"][:len(f.input_ids)].tolist() for r, f in zip(results, feats)]
-        ends = [r["end_logits"][:len(f.input_ids)].tolist() for r, f in zip(results, feats)]
-        result = postprocess(examples, feats, starts, ends, options.n_best_size, options.max_answer_length,
-                             options.version_2, options.null_score_diff_threshold)
+        result = postprocess(examples, feats, [r["start_logits"] for r in results], [r["end_logits"] for r in results],
+                             options)
         return [outputs.squad_answer(e.qas_id, result) for e in examples]
 
 

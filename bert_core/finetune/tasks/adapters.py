@@ -207,9 +207,7 @@ class SquadAdapter(Adapter):
 
     def write(self, eval_set, outputs, out_dir) -> Predictions:
         examples, feats = eval_set.payload
-        result = squad.postprocess(examples, feats, outputs["start_logits"].tolist(), outputs["end_logits"].tolist(),
-                                   self.cfg.n_best_size, self.cfg.max_answer_length, self.cfg.version_2,
-                                   self.cfg.null_score_diff_threshold)
+        result = squad.postprocess(examples, feats, outputs["start_logits"], outputs["end_logits"], self.cfg)
         files = features.write_squad_predictions(out_dir, result, self.cfg.version_2)
         return Predictions(files, eval_set.path, "predictions.json",
                            "null_odds.json" if self.cfg.version_2 else None)
@@ -218,10 +216,8 @@ class SquadAdapter(Adapter):
         examples, feats = eval_set.payload
         examples = examples[:limit]
         rows = [i for i, f in enumerate(feats) if f.example_index < len(examples)]
-        result = squad.postprocess(examples, [feats[i] for i in rows],
-                                   outputs_["start_logits"][rows].tolist(), outputs_["end_logits"][rows].tolist(),
-                                   self.cfg.n_best_size, self.cfg.max_answer_length, self.cfg.version_2,
-                                   self.cfg.null_score_diff_threshold)
+        result = squad.postprocess(examples, [feats[i] for i in rows], outputs_["start_logits"][rows],
+                                   outputs_["end_logits"][rows], self.cfg)
         return [{"input": {"question": e.question, "context": e.context},
                  "expected": outputs.squad_answer(e.qas_id, result)} for e in examples]
 

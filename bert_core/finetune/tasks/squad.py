@@ -16,6 +16,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from bert_core.errors import BertPipelineError
 from bert_core.finetune.config import FinetuneConfig, SquadOptions
 from bert_core.tasks.squad import SquadExample
@@ -122,10 +124,18 @@ def _top(logits: Sequence[float], n: int) -> list[int]:
 
 def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeature],
                 start_logits: Sequence[Sequence[float]], end_logits: Sequence[Sequence[float]],
-                n_best_size: int = SquadOptions.n_best_size, max_answer_length: int = SquadOptions.max_answer_length,
-                version_2: bool = False,
-                null_score_diff_threshold: float = SquadOptions.null_score_diff_threshold) -> SquadPredictions:
-    """Google's write_predictions: best non-null span per question, n-best lists, v2 null decision."""
+                options: SquadOptions | None = None) -> SquadPredictions:
+    """Google's write_predictions: best non-null span per question, n-best lists, v2 null decision, with
+    `options`' n_best_size, max_answer_length, version_2 and null_score_diff_threshold (BERT's run_squad.py
+    defaults when None). Fine-tuning's dev predictions, export's batch predict and serving all answer through
+    this one function, so the same logits give the same answers in all three.
+
+    Each feature's logits (a list or an array per feature) are read up to the feature's own length: positions
+    past it are padding, whose logits depend on how the caller padded its batch (to the longest row, to the
+    sequence length, or 0 where a length-grouped export computed nothing), and must not take n-best places."""
+    options = options or SquadOptions()
+    n_best_size, max_answer_length = options.n_best_size, options.max_answer_length
+    version_2, null_score_diff_threshold = options.version_2, options.null_score_diff_threshold
     by_example: dict[int, list[int]] = collections.defaultdict(list)
     for fi, feature in enumerate(features):
         by_example[feature.example_index].append(fi)
@@ -134,13 +144,14 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeatur
         candidates = []  # (score, start_logit, end_logit, text, character span)
         null_score, null_start, null_end = math.inf, 0.0, 0.0
         for fi in by_example.get(ei, []):
-            feature, starts, ends = features[fi], start_logits[fi], end_logits[fi]
+            feature, length = features[fi], len(features[fi].input_ids)
+            starts = np.asarray(start_logits[fi][:length], dtype=np.float64).tolist()
+            ends = np.asarray(end_logits[fi][:length], dtype=np.float64).tolist()
             if version_2 and starts[0] + ends[0] < null_score:
                 null_score, null_start, null_end = starts[0] + ends[0], starts[0], ends[0]
             for s in _top(starts, n_best_size):
                 for e in _top(ends, n_best_size):
-                    if (s >= len(feature.token_offsets) or e >= len(feature.token_offsets)
-                            or feature.token_offsets[s] is None or feature.token_offsets[e] is None
+                    if (feature.token_offsets[s] is None or feature.token_offsets[e] is None
                             or e < s or e - s + 1 > max_answer_length or not feature.token_is_max_context[s]):
                         continue
                     span = (feature.token_offsets[s][0], feature.token_offsets[e][1])

@@ -10,6 +10,7 @@ import torch
 
 from bert_core.deploy.export import ExportConfig, ExportedModel, _groups_balance, _physical_cores, export
 from bert_core.errors import BertPipelineError
+from bert_core.finetune.config import SquadOptions
 from bert_core.finetune.tasks import features as feats
 from bert_core.finetune.tasks.squad import make_features, postprocess
 from bert_core.model.modeling import (
@@ -175,7 +176,8 @@ def test_squad_predictions_from_export_equal_pytorch(minilm_dir, tmp_path):
     arrays = feats.pad_squad_features(features, 64)
     with torch.no_grad():
         out = qa(*(torch.from_numpy(arrays[k]) for k in ("input_ids", "token_type_ids", "attention_mask")))
-    expected = postprocess(examples, features, out.start_logits.tolist(), out.end_logits.tolist(), version_2=True)
+    expected = postprocess(examples, features, out.start_logits.numpy(), out.end_logits.numpy(),
+                           SquadOptions(version_2=True))
     assert json.loads((tmp_path / "pred" / "predictions.json").read_text()) == expected.predictions
     null_odds = json.loads((tmp_path / "pred" / "null_odds.json").read_text())
     assert null_odds.keys() == expected.null_odds.keys()

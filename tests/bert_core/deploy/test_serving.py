@@ -52,6 +52,28 @@ def test_fresh_predictions_equal_what_evaluation_scored(models, task):
         assert [same_answer(c["expected"], a) for c, a in zip(checks, answers)] == [None] * len(checks)
 
 
+def test_squad_answers_agree_in_finetuning_export_and_serving(models, tmp_path):
+    """One SQuAD post-processing behind its three callers: fine-tuning's dev predictions, export's batch predict
+    (a length-grouped ONNX graph, which leaves padding logits 0) and the served model (eager, each batch padded
+    to its longest row) answer the dev questions alike, with the model's own SquadOptions."""
+    from bert_core.deploy.export import ExportConfig, ExportedModel, export, predict_file
+    from bert_core.tasks.squad import read_squad
+
+    model_dir = models["squad"] / "model"
+    dev = models["squad"].parent / "squad2" / "dev-v2.0.json"
+    scored = json.loads((models["squad"] / "predictions.json").read_text())
+    card = task_card.read_card(model_dir)
+    export(ExportConfig(task="question_answering", model=str(model_dir), output=str(tmp_path / "exp"),
+                        seq_length=card.max_seq_length, dynamic_batch=True, dynamic_seq=True))
+    predict_file(ExportedModel(tmp_path / "exp"), dev, tmp_path / "pred", squad=card.squad_options())
+    _, examples = read_squad(dev)
+    served = TaskPredictor.from_model_dir(models["squad"], batch_size=4)(
+        [{"question": e.question, "context": e.context} for e in examples])
+    assert len(scored) == len(examples) == 18  # 6 contexts, 3 questions each
+    assert json.loads((tmp_path / "pred" / "predictions.json").read_text()) == scored
+    assert {e.qas_id: a["answer"] for e, a in zip(examples, served)} == scored
+
+
 def test_answers_per_kind(models):
     sst2 = TaskPredictor.from_model_dir(models["sst-2"])
     (answer,) = sst2(["the concert was wonderful ."])
