@@ -181,7 +181,7 @@ def ort_runner(path: Path, threads: int, spin: bool):
     """A bare graph, with the session options our export runs with."""
     import onnxruntime as ort
 
-    from bert_core.deploy.export import session_options
+    from bert_core.deploy.runtime import session_options
 
     session = ort.InferenceSession(str(path), session_options(threads, spin), providers=["CPUExecutionProvider"])
     wanted = [i.name for i in session.get_inputs()]
@@ -193,7 +193,7 @@ def ort_runner(path: Path, threads: int, spin: bool):
 
 def export_runner(export_dir: Path, quantized: bool, threads: int, spin: bool):
     """What serving calls: ExportedModel.run (rows grouped by length, each group cut to its longest row)."""
-    from bert_core.deploy.export import ExportedModel
+    from bert_core.deploy.runtime import ExportedModel
 
     model = ExportedModel(export_dir, threads=threads, spin=spin)
     return lambda batch: model.run(*(batch[k] for k in NAMES), quantized=quantized)[0]

@@ -115,7 +115,7 @@ def register_model_dir(model_dir: str | Path, name: str, metrics: dict[str, floa
     from bert_core.io.tracking import MlflowTracker, ensure_experiment
 
     if quantized:
-        from bert_core.deploy.export import servable_int8_evaluation
+        from bert_core.deploy.int8_gate import servable_int8_evaluation
         from bert_core.errors import BertPipelineError
 
         if export_dir is None:

@@ -263,7 +263,7 @@ class _ExportRunner:
     """An export directory (bert-pipeline export) as a runner: its graph, fed padded batches."""
 
     def __init__(self, export_dir: str | Path, kind: str, quantized: bool = False):
-        from bert_core.deploy.export import ExportedModel
+        from bert_core.deploy.runtime import ExportedModel
         from bert_core.model.config import BertConfig
 
         self.model = ExportedModel(export_dir)

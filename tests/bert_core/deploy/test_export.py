@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from bert_core.deploy.export import ExportConfig, ExportedModel, _groups_balance, _physical_cores, export
+from bert_core.deploy.export import ExportConfig, export
+from bert_core.deploy.runtime import ExportedModel, _groups_balance, _physical_cores
 from bert_core.errors import BertPipelineError
 from bert_core.finetune.config import SquadOptions
 from bert_core.finetune.tasks import features as feats
@@ -409,7 +410,7 @@ def test_static_export_runs_shorter_sequences(tmp_path):
 
 
 def test_servable_int8_evaluation_names_what_is_missing(tmp_path):
-    from bert_core.deploy.export import servable_int8_evaluation
+    from bert_core.deploy.int8_gate import servable_int8_evaluation
 
     with pytest.raises(BertPipelineError, match="not an export directory"):
         servable_int8_evaluation(tmp_path)
