@@ -1,4 +1,6 @@
-"""Public import path kept for users: `from bert_core.modeling import ...`. The code lives in `bert_core.model.modeling`."""
+"""The public import path of the model classes (BertModel and its heads): `from bert_core.modeling import ...`,
+the one the docs show (docs/architecture.md section 1). The code lives in `bert_core.model.modeling`, which
+the library's own modules import."""
 
 from bert_core.model.modeling import (  # noqa: F401
     BertAttention,

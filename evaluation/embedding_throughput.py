@@ -82,7 +82,8 @@ def sentence_transformers_peer(model_dir: str, batch: int, max_len: int):
 
 def _onnx_runner(model_dir: str, lengths: list[int]):
     """Static-shape ONNX exports (dynamic batch) of the encoder, one per sequence length."""
-    from bert_core.deploy.export import ExportConfig, ExportedModel, export
+    from bert_core.deploy.export import ExportConfig, export
+    from bert_core.deploy.runtime import ExportedModel
 
     root = Path(tempfile.mkdtemp(prefix="bench-embedding-onnx-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)  # the sessions read it until the run ends

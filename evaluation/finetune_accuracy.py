@@ -68,9 +68,9 @@ def load_average() -> list[float]:
 
 
 def is_squad(args) -> bool:
-    from bert_core.finetune.tasks import registry
+    from bert_core.tasks import catalog
 
-    return registry.get(args.task).kind == "squad"
+    return catalog.get(args.task).kind == "squad"
 
 
 def bench_config(args, data_dir: str | None = None, output: str = "-", **extra):
@@ -246,8 +246,7 @@ def run_transformers(args, out_dir: Path) -> dict:
         epoch_dir.mkdir(parents=True, exist_ok=True)
         if qa:
             examples, features = dev.payload
-            result = squad.postprocess(examples, features, scores["start_logits"].tolist(),
-                                       scores["end_logits"].tolist(), cfg.n_best_size, cfg.max_answer_length)
+            result = squad.postprocess(examples, features, scores["start_logits"], scores["end_logits"], cfg)
             write_squad_predictions(epoch_dir, result, version_2=False)
             path = epoch_dir / "predictions.json"
         else:
@@ -263,9 +262,9 @@ def run_transformers(args, out_dir: Path) -> dict:
 
 def majority_baseline(args) -> dict[str, float]:
     """The dev metrics of always predicting the most frequent training label (first N rows when capped)."""
-    from bert_core.finetune.tasks import glue
     from bert_core.finetune.tasks.features import write_glue_submission
     from bert_core.metrics.scoring import score_predictions
+    from bert_core.tasks import glue
 
     train_file, dev_path = task_files(args)
     train = glue.read_examples(args.task, train_file, language=args.language)
@@ -299,8 +298,8 @@ def _entities(sentence: str) -> list[str]:
 def squad_baselines(args) -> dict[str, dict[str, float]]:
     """Dev scores of two answers that need no training: the context's first name or number, and the first
     name or number not in the question of the context sentence sharing most words with the question."""
-    from bert_core.finetune.tasks.squad import read_squad
     from bert_core.metrics.scoring import score_predictions
+    from bert_core.tasks.squad import read_squad
 
     _, dev_path = task_files(args)
     _, examples = read_squad(dev_path)
@@ -374,9 +373,9 @@ def main() -> None:
     args.model = args.model or minilm_checkpoint(p)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from bert_core.finetune.tasks import registry
+    from bert_core.tasks import catalog
 
-    task = registry.get(args.task)
+    task = catalog.get(args.task)
     if task.kind not in ("classification", "squad"):
         raise SystemExit(f"{args.task}: this benchmark runs the GLUE/XNLI classification tasks and SQuAD (not "
                          "STS-B or NER: their majority-class baseline is undefined)")

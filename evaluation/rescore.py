@@ -15,8 +15,8 @@ from typing import Any
 
 def dev_files_sha256(task: str, data_dir: str) -> dict[str, str]:
     """sha256 of each gold dev file of `task` in `data_dir` (local or s3://), by file name: the data's pin."""
-    from bert_core.finetune.tasks import registry as tasks
     from bert_core.io import manifest, storage
+    from bert_core.tasks import catalog as tasks
 
     info = tasks.get(task)
     local = storage.local_dir(data_dir)

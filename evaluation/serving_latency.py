@@ -176,7 +176,7 @@ def ort_runner(path: Path, threads: int, spin: bool):
     """A bare graph, with the session options our export runs with."""
     import onnxruntime as ort
 
-    from bert_core.deploy.export import session_options
+    from bert_core.deploy.runtime import session_options
 
     session = ort.InferenceSession(str(path), session_options(threads, spin), providers=["CPUExecutionProvider"])
     wanted = [i.name for i in session.get_inputs()]
@@ -188,7 +188,7 @@ def ort_runner(path: Path, threads: int, spin: bool):
 
 def export_runner(export_dir: Path, quantized: bool, threads: int, spin: bool):
     """What serving calls: ExportedModel.run (rows grouped by length, each group cut to its longest row)."""
-    from bert_core.deploy.export import ExportedModel
+    from bert_core.deploy.runtime import ExportedModel
 
     model = ExportedModel(export_dir, threads=threads, spin=spin)
     return lambda batch: model.run(*(batch[k] for k in NAMES), quantized=quantized)[0]
@@ -209,8 +209,8 @@ def eager_runner(model_dir: Path):
 
 
 def dev_inputs(model_dir: Path, args) -> tuple[list[str], np.ndarray, list[list[int]], list[list[int]]]:
-    from bert_core.finetune.tasks.glue import read_examples
     from bert_core.model.tokenization import BertTokenizer
+    from bert_core.tasks.glue import read_examples
 
     examples = read_examples("sst-2", args.data_dir / "dev.tsv")[:args.sentences or None]
     tok = BertTokenizer.from_model_dir(model_dir)

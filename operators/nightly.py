@@ -45,7 +45,7 @@ def _bundled_data() -> dict[str, str]:
 def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
     """The night's work: which model versions to evaluate on which pinned data."""
     from bert_core.errors import BertPipelineError
-    from bert_core.finetune.tasks import registry as tasks
+    from bert_core.tasks import catalog as tasks
     from operators import registry
     from operators.tasks import ensure_experiment
 

@@ -48,7 +48,7 @@ def plan(params: dict[str, Any], run_id: str | None, settings: tuple[str, ...],
     model's length limits and GPU settings; an error names the param."""
     from bert_core.errors import BertPipelineError
     from bert_core.finetune import presets
-    from bert_core.finetune.tasks import registry as tasks
+    from bert_core.tasks import catalog as tasks
     from operators.params import check_conf_keys, renamed_params, settings_from
 
     params = renamed_params(params, RENAMED, defaults or {}, DAG_ID)
@@ -88,8 +88,8 @@ def check_task(plan: FinetuneTaskPlan) -> None:
     """The task's config as the step will build it, its files and the model's limits, checked now."""
     from bert_core.errors import BertPipelineError
     from bert_core.finetune.config import FinetuneConfig
-    from bert_core.finetune.tasks import registry as tasks
     from bert_core.io import storage
+    from bert_core.tasks import catalog as tasks
     from operators.params import known_settings
 
     task = plan.task

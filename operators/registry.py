@@ -51,7 +51,7 @@ def model_name(task: str | None) -> str:
     """`bert-<task>` (lower-case, canonical task name) or `bert-pretrained` for None / "pretrained"."""
     if task is None or task.lower() in ("pretrained", "pretrain", PRETRAINED):
         return PRETRAINED
-    from bert_core.finetune.tasks import registry as tasks
+    from bert_core.tasks import catalog as tasks
 
     return f"bert-{tasks.get(task).name}"
 
@@ -59,7 +59,7 @@ def model_name(task: str | None) -> str:
 def default_gates(name: str) -> tuple[str, ...]:
     if name in DEFAULT_GATES:
         return DEFAULT_GATES[name]
-    from bert_core.finetune.tasks import registry as tasks
+    from bert_core.tasks import catalog as tasks
 
     return (tasks.get(name.removeprefix("bert-")).main_metric,)
 
@@ -115,7 +115,7 @@ def register_model_dir(model_dir: str | Path, name: str, metrics: dict[str, floa
     from bert_core.io.tracking import MlflowTracker, ensure_experiment
 
     if quantized:
-        from bert_core.deploy.export import servable_int8_evaluation
+        from bert_core.deploy.int8_gate import servable_int8_evaluation
         from bert_core.errors import BertPipelineError
 
         if export_dir is None:

@@ -131,10 +131,10 @@ def finetune(task: str, data_dir: str, model: str, output: str, settings: dict[s
     from bert_core.deploy.mlflow_model import pyfunc_spec
     from bert_core.errors import BertPipelineError
     from bert_core.finetune.step import FINETUNE, FinetuneConfig
-    from bert_core.finetune.tasks import registry as tasks
     from bert_core.io import manifest, storage
     from bert_core.io.tracking import build_tracker
     from bert_core.launch.run import run_step
+    from bert_core.tasks import catalog as tasks
 
     name = tasks.get(task).name
     settings = known_settings(FinetuneConfig, settings, "finetune settings", exclude=("task", "data_dir", "model", "output"))
@@ -167,10 +167,10 @@ def finetune(task: str, data_dir: str, model: str, output: str, settings: dict[s
 def _search(config, grid: dict[str, list[Any]], max_concurrent: int) -> dict[str, Any]:
     """A Ray Tune search under one parent MLflow run; the best trial is what the next steps use."""
 
-    from bert_core.finetune.tasks import registry as tasks
     from bert_core.io import storage
     from bert_core.io.tracking import build_tracker
     from bert_core.launch import ray_tune
+    from bert_core.tasks import catalog as tasks
 
     config.validate()
     metric = tasks.get(config.task).main_metric
@@ -204,8 +204,8 @@ def evaluate(finetuned: dict[str, Any], output: str) -> dict[str, Any]:
     import tempfile
 
     from bert_core.finetune.step import SCORED, score_output
-    from bert_core.finetune.tasks import registry as tasks
     from bert_core.io import manifest, storage
+    from bert_core.tasks import catalog as tasks
 
     started = manifest.now()
     task = tasks.get(finetuned["task"])

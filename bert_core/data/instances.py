@@ -131,6 +131,19 @@ class ShardConfig:
             raise BertPipelineError("make-shards: " + "; ".join(problems))
 
 
+def prediction_budget(lengths, masked_lm_prob: float, max_predictions_per_seq: int):
+    """Google's num_to_predict: how many positions of an instance of `lengths` tokens ([CLS] and [SEP]s
+    counted) are masked-LM predictions: round(length x masked_lm_prob), half to even, at least 1, at most
+    max_predictions_per_seq. Masking and shard validation both use it.
+
+    `lengths`: an int (one instance: an int back) or an integer array (one budget per instance, int64). The
+    int path stays in plain Python: Google's random stream masks one instance at a time, and numpy on one
+    scalar would cost it a fifth of its speed."""
+    if isinstance(lengths, np.ndarray):
+        return np.minimum(max_predictions_per_seq, np.maximum(1, np.round(lengths * masked_lm_prob))).astype(np.int64)
+    return min(max_predictions_per_seq, max(1, round(lengths * masked_lm_prob)))
+
+
 @dataclass(frozen=True)
 class Vocab:
     """What the algorithm needs from the vocabulary, by id."""
@@ -314,8 +327,7 @@ def create_masked_lm_predictions(tokens: list[int], config: ShardConfig, vocab: 
     getrandbits = rng.getrandbits
     _shuffle(getrandbits, cand_indexes)
 
-    num_to_predict = min(config.max_predictions_per_seq,
-                         max(1, int(round(len(tokens) * config.masked_lm_prob))))
+    num_to_predict = prediction_budget(len(tokens), config.masked_lm_prob, config.max_predictions_per_seq)
     # Google also checks that no index of a candidate is already covered; candidates are disjoint
     # (each position is in exactly one), so that check never fires and is left out.
     if config.whole_word_mask:
@@ -533,8 +545,7 @@ def mask_instances(arrays: dict[str, np.ndarray], config: ShardConfig, vocab: Vo
     column = np.arange(t)[None, :]
     first_sep = (arrays["segment_ids"] == 0).sum(axis=1) - (t - lengths) - 1
     candidate = (column >= 1) & (column < lengths[:, None] - 1) & (column != first_sep[:, None])
-    # Python's round() and np.round both round half to even.
-    budget = np.minimum(p, np.maximum(1, np.round(lengths * config.masked_lm_prob))).astype(np.int64)
+    budget = prediction_budget(lengths, config.masked_lm_prob, p)
     keys = generator.random((n, t))
     positions = np.full((n, p), t, dtype=np.int64)  # t marks "no prediction"
     if config.whole_word_mask:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from bert_core.data import shard_format as shards
+from bert_core.data.instances import prediction_budget
 from bert_core.errors import BertPipelineError
 from bert_core.io import manifest, storage
 
@@ -117,8 +118,7 @@ def instances_frame(name: str, arrays: dict[str, np.ndarray], vocab: dict[str, A
     predicted[np.nonzero(real)[0], positions[real]] = True
     count = real.sum(axis=1)
     p = weights.shape[1]
-    expected_count = np.minimum(config["max_predictions_per_seq"],
-                                np.maximum(1, np.round(lengths * config["masked_lm_prob"]))).astype(np.int64)
+    expected_count = prediction_budget(lengths, config["masked_lm_prob"], config["max_predictions_per_seq"])
     mask_label = np.where(real, labels, -1)
     return pd.DataFrame({
         "shard": name,
@@ -158,9 +158,8 @@ def shard_statistics(arrays: dict[str, np.ndarray], mask_id: int, masked_lm_prob
         "shown_mask": int((shown == mask_id).sum()),
         "shown_original": int(((shown == labels) & (shown != mask_id)).sum()),
         "random_next": int(arrays["next_sentence_labels"].sum()),
-        "expected_predictions": int(np.minimum(
-            arrays["masked_lm_positions"].shape[1],
-            np.maximum(1, np.round(arrays["valid_lengths"] * masked_lm_prob))).sum()),
+        "expected_predictions": int(prediction_budget(arrays["valid_lengths"], masked_lm_prob,
+                                                      arrays["masked_lm_positions"].shape[1]).sum()),
     }
 
 

@@ -155,7 +155,7 @@ class TaskPredictor:
             labels = [id2label.get(i, str(i)) for i in range(model_config.num_labels)]
         pair = False
         if card.kind in ("classification", "regression"):
-            from bert_core.finetune.tasks import glue
+            from bert_core.tasks import glue
 
             try:
                 pair = glue.get_task(card.task).text_b is not None
@@ -230,7 +230,8 @@ class TaskPredictor:
         return answers
 
     def _squad(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from bert_core.finetune.tasks.squad import SquadExample, make_features, postprocess
+        from bert_core.finetune.tasks.squad import make_features, postprocess
+        from bert_core.tasks.squad import SquadExample
 
         examples = [SquadExample(str(i), _text(r, "question", i), _text(r, "context", i), ())
                     for i, r in enumerate(records)]
@@ -238,11 +239,8 @@ class TaskPredictor:
         feats = make_features(examples, self.tokenizer, self.card.max_seq_length, options.doc_stride,
                               options.max_query_length)
         results = self._run([f.input_ids for f in feats], [f.segment_ids for f in feats])
-        # Padded to each batch's length: the logits past a feature's own tokens are dropped here.
-        starts = [r["start_logits"][:len(f.input_ids)].tolist() for r, f in zip(results, feats)]
-        ends = [r["end_logits"][:len(f.input_ids)].tolist() for r, f in zip(results, feats)]
-        result = postprocess(examples, feats, starts, ends, options.n_best_size, options.max_answer_length,
-                             options.version_2, options.null_score_diff_threshold)
+        result = postprocess(examples, feats, [r["start_logits"] for r in results], [r["end_logits"] for r in results],
+                             options)
         return [outputs.squad_answer(e.qas_id, result) for e in examples]
 
 
@@ -265,7 +263,7 @@ class _ExportRunner:
     """An export directory (bert-pipeline export) as a runner: its graph, fed padded batches."""
 
     def __init__(self, export_dir: str | Path, kind: str, quantized: bool = False):
-        from bert_core.deploy.export import ExportedModel
+        from bert_core.deploy.runtime import ExportedModel
         from bert_core.model.config import BertConfig
 
         self.model = ExportedModel(export_dir)

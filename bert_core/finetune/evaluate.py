@@ -2,7 +2,7 @@
 
 The nightly regression suite uses it to re-measure registered models on pinned data: same features, same
 prediction files, same official scorers as `bert-pipeline finetune`, because it runs fine-tuning's own
-evaluation code (`bert_core.finetune.step._evaluate`) on a model loaded from disk.
+evaluation code (`bert_core.finetune.step.evaluate_sets`) on a model loaded from disk.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import torch
 
 from bert_core.errors import BertPipelineError
 from bert_core.finetune.config import FinetuneConfig
-from bert_core.finetune.step import _evaluate
-from bert_core.finetune.tasks import registry
+from bert_core.finetune.step import evaluate_sets
 from bert_core.finetune.tasks.adapters import ADAPTERS
 from bert_core.io import storage
 from bert_core.model.tokenization import BertTokenizer
+from bert_core.tasks import catalog
 from bert_core.train.precision import Precision
 
 # The settings that decide how dev examples become features; the rest of a fine-tuning config does not matter here.
@@ -37,7 +37,7 @@ def evaluate_model(model_dir: str | Path, task: str, data_dir: str,
     `settings` are fine-tuning config fields (e.g. the model's own `max_len`, from its finetune manifest);
     unknown keys are an error. Prediction files go to `out_dir` when given (kept), else a temp dir.
     """
-    info = registry.get(task)
+    info = catalog.get(task)
     settings = dict(settings or {})
     unknown = set(settings) - set(FEATURE_FIELDS)
     if unknown:
@@ -55,7 +55,7 @@ def evaluate_model(model_dir: str | Path, task: str, data_dir: str,
     with tempfile.TemporaryDirectory(prefix="bert-task-eval-") as scratch:
         target = Path(out_dir) if out_dir is not None else Path(scratch)
         target.mkdir(parents=True, exist_ok=True)
-        metrics = _evaluate(adapter, model, eval_sets, cfg, Precision("float32", dev), dev, target, info)
+        metrics = evaluate_sets(adapter, model, eval_sets, cfg, Precision("float32", dev), dev, target, info)
         (target / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     return metrics
 

@@ -41,13 +41,13 @@ from tqdm import tqdm
 from bert_core.errors import BertPipelineError
 from bert_core.finetune import task_card
 from bert_core.finetune.config import FinetuneConfig
-from bert_core.finetune.tasks import registry
 from bert_core.finetune.tasks.adapters import ADAPTERS, Adapter, EvalSet
 from bert_core.io import manifest, storage
-from bert_core.io.tracking import NullTracker, Tracker, build_tracker, standard_tags
+from bert_core.io.tracking import NullTracker, Tracker, standard_tags
 from bert_core.metrics.scoring import score_predictions
 from bert_core.model.tokenization import BertTokenizer
 from bert_core.model.weights import resolve_model_dir, save_state_dict
+from bert_core.tasks import catalog
 from bert_core.train import dist
 from bert_core.train.loop import optimizer_step
 from bert_core.train.optim import build_optimizer, build_scheduler
@@ -60,14 +60,14 @@ PREDICTIONS_ARTIFACT = "predictions"  # MLflow artifact path of the prediction f
 
 SCORED = "scored.json"  # in an output (and each epoch's predictions): the files the dev metrics come from
 def experiment_name(task: str) -> str:
-    return f"bert-finetune/{registry.get(task).name}"
+    return f"bert-finetune/{catalog.get(task).name}"
 
 
 @dataclass
 class Prepared:
     """What every worker needs before training: the task, its files and the inputs' hashes."""
 
-    task: registry.TaskInfo
+    task: catalog.TaskInfo
     model_dir: Path
     adapter: Adapter
     inputs: dict[str, str]  # path -> sha256 of the files this run reads
@@ -77,7 +77,7 @@ def prepare(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> Prepar
     """Check the config, the task's files and the model; hash the inputs unless given (Ray workers get
     the driver's hashes)."""
     cfg.validate()
-    task = registry.get(cfg.task)
+    task = catalog.get(cfg.task)
     data_dir = storage.local_dir(cfg.data_dir)
     if not data_dir.is_dir():
         raise BertPipelineError(f"--data-dir {cfg.data_dir}: no such directory")
@@ -108,33 +108,25 @@ def _existing_result(cfg: FinetuneConfig, prepared: Prepared) -> dict | None:
 
 
 def finetune(cfg: FinetuneConfig, tracker: Tracker | None = None) -> dict:
-    """Fine-tune in this process; returns the output manifest. (bert_core.launch.run.run_step runs the same
-    step on Ray Train when cfg asks for it.)
+    """Fine-tune in this process; returns the output manifest. The run's params, metrics and model go to
+    `tracker`, which is left open for the caller.
 
-    With no `tracker`, opens and closes its own MLflow run in `bert-finetune/<TASK>` (unless
-    cfg.tracking is off); a given tracker is logged into and left open for the caller.
+    The MLflow run is opened by whoever runs the step: bert_core.launch.run.run_step(FINETUNE, cfg) (the CLI,
+    the Airflow tasks) opens one in `bert-finetune/<TASK>` whose model is logged as the task pyfunc of
+    bert_core.deploy, which fine-tuning does not import (deploy sits above it). So with cfg.tracking on, a
+    tracker must be given (or run_step used); with it off, nothing is tracked.
     """
     if cfg.num_workers > 1:
         raise BertPipelineError(f"num_workers={cfg.num_workers} runs on Ray Train: call "
                                 "bert_core.launch.run.run_step(FINETUNE, cfg)")
+    if tracker is None and cfg.tracking:
+        raise BertPipelineError("finetune(cfg) with tracking on needs the MLflow run to log into: run it with "
+                                "bert_core.launch.run.run_step(FINETUNE, cfg), which opens one, pass a tracker, or "
+                                "set tracking=False")
     plan = _plan(cfg)
     if plan.done is not None:
         return plan.done
-    own_tracker = tracker is None
-    if tracker is None:
-        from bert_core.deploy.mlflow_model import pyfunc_spec
-
-        tracker = build_tracker(cfg.tracking, cfg.tracking_uri, experiment=experiment_name(cfg.task),
-                                pyfunc=pyfunc_spec)
-    try:
-        result = _work(cfg, plan, tracker, Worker())
-    except BaseException:
-        if own_tracker:
-            tracker.end("FAILED")
-        raise
-    if own_tracker:
-        tracker.end()
-    return result
+    return _work(cfg, plan, tracker if tracker is not None else NullTracker(), Worker())
 
 
 def _seed_everything(seed: int) -> None:
@@ -311,7 +303,7 @@ def train(cfg: FinetuneConfig, tracker: Tracker, prepared: Prepared,
             epoch_metrics = {"train_loss": loss_sum / max(1, len(bar))}
             epoch_dir = scratch / f"epoch-{epoch + 1}"
             epoch_dir.mkdir()
-            dev_metrics = _evaluate(adapter, model, eval_sets, cfg, precision, device, epoch_dir, task)
+            dev_metrics = evaluate_sets(adapter, model, eval_sets, cfg, precision, device, epoch_dir, task)
             epoch_metrics.update(dev_metrics)
             history.append({"epoch": epoch + 1, **epoch_metrics})
             tracker.log_metrics(epoch_metrics, step=epoch + 1)
@@ -332,10 +324,11 @@ def train(cfg: FinetuneConfig, tracker: Tracker, prepared: Prepared,
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _evaluate(adapter: Adapter, model, eval_sets: list[EvalSet], cfg: FinetuneConfig,
-              precision: Precision, device, out_dir: Path, task) -> dict[str, float]:
+def evaluate_sets(adapter: Adapter, model, eval_sets: list[EvalSet], cfg: FinetuneConfig,
+                  precision: Precision, device, out_dir: Path, task) -> dict[str, float]:
     """Predict every evaluation file (split across workers); rank 0 writes and scores the predictions and
-    tells every worker the metrics, or the error that stops them all."""
+    tells every worker the metrics, or the error that stops them all. Each epoch's dev scoring, and
+    bert_core.finetune.evaluate's scoring of a model on disk."""
     rank, world = dist.rank(), dist.world_size()
     outputs = [_predict_on_workers(model, s.arrays, adapter.output_names, cfg.eval_batch_size, precision, device)
                for s in eval_sets]

@@ -29,7 +29,7 @@ KINDS = ("classification", "regression", "squad", "ner")
 
 @dataclass
 class TaskCard:
-    task: str  # canonical task name (bert_core.finetune.tasks.registry)
+    task: str  # canonical task name (bert_core.tasks.catalog)
     kind: str  # classification | regression | squad | ner
     max_len: int  # classification/NER: tokens per example (longer input is cut, longest text first)
     max_seq_length: int  # SQuAD: window length

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from bert_core.errors import BertPipelineError
-from bert_core.finetune.tasks import glue as tasks
+from bert_core.tasks import glue as tasks
 
 SUBMISSION_HEADER = ["index", "prediction"]
 POSITIVE_LABEL = "1"  # F1 of MRPC and QQP is the F1 of this label

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bert_core.errors import BertPipelineError
-from bert_core.finetune.tasks.conll import read_conll
+from bert_core.tasks.conll import read_conll
 
 
 def _split(tag: str) -> tuple[str, str]:

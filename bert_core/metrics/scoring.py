@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bert_core.finetune.tasks import registry
 from bert_core.metrics import glue, ner, squad
+from bert_core.tasks import catalog
 
 
 def score_predictions(task: str, gold: str | Path, predictions: str | Path,
                       na_prob_file: str | Path | None = None, language: str | None = None) -> dict[str, float]:
     """`language`: XNLI rows of the original multi-language file (default zh), as fine-tuning read them."""
-    info = registry.get(task)
+    info = catalog.get(task)
     if info.kind == "squad":
         result = squad.evaluate_squad_file(gold, predictions, na_prob_file=na_prob_file, strict=True)
         return {k: float(v) for k, v in result.items() if isinstance(v, int | float)}

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bert_core.errors import BertPipelineError
-from bert_core.finetune.tasks.squad import V1, V2, detect_version, normalize_version
+from bert_core.tasks.squad import V1, V2, detect_version, normalize_version
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,8 @@ from bert_pipeline.commands.config_flags import add_config_arguments, config_fro
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from bert_core.deploy.export import INT8_MAX_DROP_POINTS, ExportConfig
+    from bert_core.deploy.export import ExportConfig
+    from bert_core.deploy.int8_gate import INT8_MAX_DROP_POINTS
 
     add_config_arguments(parser, ExportConfig)
     serving = parser.add_argument_group("serving the export from the registry")
@@ -32,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bert_core.deploy.export import ExportConfig, describe_evaluation, export
+    from bert_core.deploy.export import ExportConfig, export
+    from bert_core.deploy.export_evaluation import describe_evaluation
     from bert_core.errors import BertPipelineError
 
     cfg = config_from_args(ExportConfig, args)
@@ -75,7 +77,7 @@ def _register(cfg, result: dict, name: str, promote: bool, int8: bool = False) -
         raise BertPipelineError(f"{cfg.model}: no task.json: --register needs a model fine-tuned by bert-pipeline "
                                 "(the card says how to read and answer requests)")
     if int8:
-        from bert_core.deploy.export import servable_int8_evaluation
+        from bert_core.deploy.int8_gate import servable_int8_evaluation
 
         try:
             metrics = servable_int8_evaluation(cfg.output)["int8"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bert_core.finetune.tasks.registry import TASKS
+from bert_core.tasks.catalog import TASKS
 from bert_pipeline.commands.config_flags import add_config_arguments, config_from_args
 
 

@@ -112,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
         os.replace(tmp, out)
         print(f"wrote {len(answers)} answers to {out}")
         return 0
-    from bert_core.deploy.export import ExportedModel, predict_file
+    from bert_core.deploy.batch_predict import predict_file
+    from bert_core.deploy.runtime import ExportedModel
     from bert_core.finetune.config import SquadOptions
 
     squad = config_from_args(SquadOptions, args)

@@ -15,13 +15,15 @@ from typing import Any
 import numpy as np
 
 from bert_core.errors import BertPipelineError
-from bert_core.finetune.tasks import conll, features, glue, outputs, squad
-from bert_core.finetune.tasks.registry import Split, TaskInfo, find_file
+from bert_core.finetune.tasks import features, outputs, squad
 from bert_core.model.modeling import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
 )
+from bert_core.tasks import conll, glue
+from bert_core.tasks.catalog import Split, TaskInfo, find_file
+from bert_core.tasks.squad import read_squad
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +188,7 @@ class SquadAdapter(Adapter):
         return [(dev, find_file(self.data_dir, dev.files, "dev", self.task))]
 
     def _features(self, path: Path, training: bool):
-        version, examples = squad.read_squad(path)
+        version, examples = read_squad(path)
         if (version == "2.0") != bool(self.cfg.version_2) and not training:
             log.warning("%s is SQuAD %s but --version-2 is %s", path, version, bool(self.cfg.version_2))
         feats = squad.make_features(examples, self.tokenizer, self.cfg.max_seq_length, self.cfg.doc_stride,
@@ -205,9 +207,7 @@ class SquadAdapter(Adapter):
 
     def write(self, eval_set, outputs, out_dir) -> Predictions:
         examples, feats = eval_set.payload
-        result = squad.postprocess(examples, feats, outputs["start_logits"].tolist(), outputs["end_logits"].tolist(),
-                                   self.cfg.n_best_size, self.cfg.max_answer_length, self.cfg.version_2,
-                                   self.cfg.null_score_diff_threshold)
+        result = squad.postprocess(examples, feats, outputs["start_logits"], outputs["end_logits"], self.cfg)
         files = features.write_squad_predictions(out_dir, result, self.cfg.version_2)
         return Predictions(files, eval_set.path, "predictions.json",
                            "null_odds.json" if self.cfg.version_2 else None)
@@ -216,10 +216,8 @@ class SquadAdapter(Adapter):
         examples, feats = eval_set.payload
         examples = examples[:limit]
         rows = [i for i, f in enumerate(feats) if f.example_index < len(examples)]
-        result = squad.postprocess(examples, [feats[i] for i in rows],
-                                   outputs_["start_logits"][rows].tolist(), outputs_["end_logits"][rows].tolist(),
-                                   self.cfg.n_best_size, self.cfg.max_answer_length, self.cfg.version_2,
-                                   self.cfg.null_score_diff_threshold)
+        result = squad.postprocess(examples, [feats[i] for i in rows], outputs_["start_logits"][rows],
+                                   outputs_["end_logits"][rows], self.cfg)
         return [{"input": {"question": e.question, "context": e.context},
                  "expected": outputs.squad_answer(e.qas_id, result)} for e in examples]
 

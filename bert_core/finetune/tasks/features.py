@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bert_core.finetune.tasks.glue import Example
 from bert_core.finetune.tasks.squad import SquadFeature, SquadPredictions
+from bert_core.tasks.glue import Example
 
 
 def encode_examples(tokenizer, examples: Sequence[Example], max_length: int) -> dict[str, np.ndarray]:

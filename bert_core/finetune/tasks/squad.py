@@ -1,4 +1,5 @@
-"""SQuAD 1.1 / 2.0: reading the JSON, windowing contexts into features, and n-best post-processing.
+"""SQuAD 1.1 / 2.0 for fine-tuning: windowing examples (read by bert_core.tasks.squad) into features, and
+n-best post-processing of the model's start/end logits into answers.
 
 Windowing follows Google's run_squad.py (query truncated to max_query_length, doc spans of
 max_seq_length - len(query) - 3 tokens every doc_stride tokens, each token scored in the span
@@ -11,28 +12,15 @@ context, with no whitespace-token bookkeeping or de-tokenization heuristics (get
 from __future__ import annotations
 
 import collections
-import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+
+import numpy as np
 
 from bert_core.errors import BertPipelineError
 from bert_core.finetune.config import FinetuneConfig, SquadOptions
-
-V1 = "1.1"
-V2 = "2.0"
-
-
-@dataclass(frozen=True)
-class SquadExample:
-    qas_id: str
-    question: str
-    context: str
-    answers: tuple[tuple[str, int], ...]  # (text, character start); empty when unanswerable
-    is_impossible: bool = False
-    title: str = ""
+from bert_core.tasks.squad import SquadExample
 
 
 @dataclass
@@ -46,80 +34,6 @@ class SquadFeature:
     token_is_max_context: list[bool]
     start_position: int = 0
     end_position: int = 0
-
-
-def normalize_version(version: str) -> str:
-    """'1.1', 'v1.1' (also 1.0, scored by the v1.1 script) -> '1.1'; '2.0', 'v2.0', '2' -> '2.0'."""
-    v = str(version).strip().lower().removeprefix("v")
-    if v in ("1", "1.0", "1.1"):
-        return V1
-    if v in ("2", "2.0"):
-        return V2
-    raise BertPipelineError(f"unknown SQuAD version {version!r}: expected 1.1 or 2.0")
-
-
-def detect_version(data: Mapping[str, Any], source: str = "dataset") -> str:
-    """The version field when present, else v2.0 when any question has `is_impossible`."""
-    if "version" in data:
-        try:
-            return normalize_version(data["version"])
-        except BertPipelineError as exc:
-            raise BertPipelineError(
-                f"{source}: its 'version' field is {data['version']!r}, expected 1.1 or 2.0 "
-                "(force one with --version)"
-            ) from exc
-    for article in data["data"]:
-        for p in article["paragraphs"]:
-            if any("is_impossible" in qa for qa in p["qas"]):
-                return V2
-    return V1
-
-
-def read_squad(path: str | Path) -> tuple[str, list[SquadExample]]:
-    """(version, examples) of a SQuAD JSON file; errors name the file and the question id."""
-    try:
-        dataset = json.loads(Path(path).read_text(encoding="utf-8-sig"))
-    except FileNotFoundError:
-        raise BertPipelineError(f"SQuAD file not found: {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BertPipelineError(f"{path}: not a SQuAD JSON file ({exc})") from None
-    if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
-        raise BertPipelineError(f"{path}: expected a SQuAD JSON object with a 'data' list of articles")
-    examples: list[SquadExample] = []
-    seen: set[str] = set()
-    for ai, article in enumerate(dataset["data"]):
-        for pi, paragraph in enumerate(article.get("paragraphs", [])):
-            where = f"{path}: data[{ai}].paragraphs[{pi}]"
-            context = paragraph.get("context")
-            if not isinstance(context, str) or not isinstance(paragraph.get("qas"), list):
-                raise BertPipelineError(f"{where}: expected 'context' (text) and 'qas' (list)")
-            for qa in paragraph["qas"]:
-                examples.append(_read_question(qa, context, article.get("title", ""), where, seen))
-    if not examples:
-        raise BertPipelineError(f"{path}: no questions")
-    return detect_version(dataset, str(path)), examples
-
-
-def _read_question(qa: dict, context: str, title: str, where: str, seen: set[str]) -> SquadExample:
-    qid, question = qa.get("id"), qa.get("question")
-    if not isinstance(qid, str) or not isinstance(question, str):
-        raise BertPipelineError(f"{where}: a question lacks 'id' or 'question' text")
-    if qid in seen:
-        raise BertPipelineError(f"{where}: question id {qid!r} appears twice")
-    seen.add(qid)
-    impossible = bool(qa.get("is_impossible", False))
-    answers = []
-    for answer in [] if impossible else qa.get("answers", []):
-        text, start = answer.get("text"), answer.get("answer_start")
-        if not isinstance(text, str) or not isinstance(start, int):
-            raise BertPipelineError(f"{where}, question {qid!r}: an answer needs 'text' and integer 'answer_start'")
-        found = context[start:start + len(text)]
-        if found != text:
-            raise BertPipelineError(
-                f"{where}, question {qid!r}: answer {text!r} at answer_start {start} does not match the context, "
-                f"which has {found!r} there")
-        answers.append((text, start))
-    return SquadExample(qid, question, context, tuple(answers), impossible, title)
 
 
 def _max_context(spans: list[tuple[int, int]], span_index: int, position: int) -> bool:
@@ -210,10 +124,18 @@ def _top(logits: Sequence[float], n: int) -> list[int]:
 
 def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeature],
                 start_logits: Sequence[Sequence[float]], end_logits: Sequence[Sequence[float]],
-                n_best_size: int = SquadOptions.n_best_size, max_answer_length: int = SquadOptions.max_answer_length,
-                version_2: bool = False,
-                null_score_diff_threshold: float = SquadOptions.null_score_diff_threshold) -> SquadPredictions:
-    """Google's write_predictions: best non-null span per question, n-best lists, v2 null decision."""
+                options: SquadOptions | None = None) -> SquadPredictions:
+    """Google's write_predictions: best non-null span per question, n-best lists, v2 null decision, with
+    `options`' n_best_size, max_answer_length, version_2 and null_score_diff_threshold (BERT's run_squad.py
+    defaults when None). Fine-tuning's dev predictions, export's batch predict and serving all answer through
+    this one function, so the same logits give the same answers in all three.
+
+    Each feature's logits (a list or an array per feature) are read up to the feature's own length: positions
+    past it are padding, whose logits depend on how the caller padded its batch (to the longest row, to the
+    sequence length, or 0 where a length-grouped export computed nothing), and must not take n-best places."""
+    options = options or SquadOptions()
+    n_best_size, max_answer_length = options.n_best_size, options.max_answer_length
+    version_2, null_score_diff_threshold = options.version_2, options.null_score_diff_threshold
     by_example: dict[int, list[int]] = collections.defaultdict(list)
     for fi, feature in enumerate(features):
         by_example[feature.example_index].append(fi)
@@ -222,13 +144,14 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeatur
         candidates = []  # (score, start_logit, end_logit, text, character span)
         null_score, null_start, null_end = math.inf, 0.0, 0.0
         for fi in by_example.get(ei, []):
-            feature, starts, ends = features[fi], start_logits[fi], end_logits[fi]
+            feature, length = features[fi], len(features[fi].input_ids)
+            starts = np.asarray(start_logits[fi][:length], dtype=np.float64).tolist()
+            ends = np.asarray(end_logits[fi][:length], dtype=np.float64).tolist()
             if version_2 and starts[0] + ends[0] < null_score:
                 null_score, null_start, null_end = starts[0] + ends[0], starts[0], ends[0]
             for s in _top(starts, n_best_size):
                 for e in _top(ends, n_best_size):
-                    if (s >= len(feature.token_offsets) or e >= len(feature.token_offsets)
-                            or feature.token_offsets[s] is None or feature.token_offsets[e] is None
+                    if (feature.token_offsets[s] is None or feature.token_offsets[e] is None
                             or e < s or e - s + 1 > max_answer_length or not feature.token_is_max_context[s]):
                         continue
                     span = (feature.token_offsets[s][0], feature.token_offsets[e][1])

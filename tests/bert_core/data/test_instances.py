@@ -386,3 +386,15 @@ def test_default_path_makes_the_instances_of_googles_segment_draws(tokenizer, vo
                   for shown, len_a, _, random_next in expected)
     assert len(got) == len(want) > 100
     assert got == want
+
+
+def test_prediction_budget_is_googles_num_to_predict_for_one_instance_and_for_arrays():
+    """round(length x masked_lm_prob), half to even, at least 1, at most max_predictions_per_seq; the array form
+    (vectorised masking, shard validation) gives what the one-instance form (Google's stream) gives."""
+    assert [pd.prediction_budget(n, 0.15, 20) for n in (5, 10, 30, 128, 512)] == [1, 2, 4, 19, 20]
+    assert [pd.prediction_budget(n, 0.1, 20) for n in (5, 15, 25)] == [1, 2, 2]  # 0.5 rounds to 0, raised to 1
+    lengths = np.arange(0, 600)
+    for prob, cap in ((0.15, 20), (0.1, 76), (0.2, 3)):
+        budget = pd.prediction_budget(lengths, prob, cap)
+        assert budget.dtype == np.int64
+        assert budget.tolist() == [pd.prediction_budget(int(n), prob, cap) for n in lengths]

@@ -8,16 +8,19 @@ import numpy as np
 import pytest
 import torch
 
-from bert_core.deploy.export import ExportConfig, ExportedModel, _groups_balance, _physical_cores, export
+from bert_core.deploy.export import ExportConfig, export
+from bert_core.deploy.runtime import ExportedModel, _groups_balance, _physical_cores
 from bert_core.errors import BertPipelineError
+from bert_core.finetune.config import SquadOptions
 from bert_core.finetune.tasks import features as feats
-from bert_core.finetune.tasks.squad import make_features, postprocess, read_squad
+from bert_core.finetune.tasks.squad import make_features, postprocess
 from bert_core.model.modeling import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
 )
 from bert_core.model.tokenization import BertTokenizer
+from bert_core.tasks.squad import read_squad
 from bert_pipeline.cli import main
 from tests.paths import FIXTURES
 from tests.tiny_bert import write_tiny_bert
@@ -113,7 +116,7 @@ def test_predict_glue_with_fp32_and_int8(minilm_dir, tmp_path, capsys):
     int8 = evaluate_glue_files("sst-2", dev, tmp_path / "int8.tsv")["accuracy"]
     # PyTorch's own predictions equal the fp32 export's.
     model = BertForSequenceClassification.from_pretrained(str(model_dir))
-    from bert_core.finetune.tasks.glue import read_examples
+    from bert_core.tasks.glue import read_examples
 
     arrays = feats.encode_examples(BertTokenizer.from_model_dir(model_dir), read_examples("sst-2", dev), 16)
     with torch.no_grad():
@@ -174,7 +177,8 @@ def test_squad_predictions_from_export_equal_pytorch(minilm_dir, tmp_path):
     arrays = feats.pad_squad_features(features, 64)
     with torch.no_grad():
         out = qa(*(torch.from_numpy(arrays[k]) for k in ("input_ids", "token_type_ids", "attention_mask")))
-    expected = postprocess(examples, features, out.start_logits.tolist(), out.end_logits.tolist(), version_2=True)
+    expected = postprocess(examples, features, out.start_logits.numpy(), out.end_logits.numpy(),
+                           SquadOptions(version_2=True))
     assert json.loads((tmp_path / "pred" / "predictions.json").read_text()) == expected.predictions
     null_odds = json.loads((tmp_path / "pred" / "null_odds.json").read_text())
     assert null_odds.keys() == expected.null_odds.keys()
@@ -406,7 +410,7 @@ def test_static_export_runs_shorter_sequences(tmp_path):
 
 
 def test_servable_int8_evaluation_names_what_is_missing(tmp_path):
-    from bert_core.deploy.export import servable_int8_evaluation
+    from bert_core.deploy.int8_gate import servable_int8_evaluation
 
     with pytest.raises(BertPipelineError, match="not an export directory"):
         servable_int8_evaluation(tmp_path)

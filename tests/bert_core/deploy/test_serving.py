@@ -52,6 +52,30 @@ def test_fresh_predictions_equal_what_evaluation_scored(models, task):
         assert [same_answer(c["expected"], a) for c, a in zip(checks, answers)] == [None] * len(checks)
 
 
+def test_squad_answers_agree_in_finetuning_export_and_serving(models, tmp_path):
+    """One SQuAD post-processing behind its three callers: fine-tuning's dev predictions, export's batch predict
+    (a length-grouped ONNX graph, which leaves padding logits 0) and the served model (eager, each batch padded
+    to its longest row) answer the dev questions alike, with the model's own SquadOptions."""
+    from bert_core.deploy.batch_predict import predict_file
+    from bert_core.deploy.export import ExportConfig, export
+    from bert_core.deploy.runtime import ExportedModel
+    from bert_core.tasks.squad import read_squad
+
+    model_dir = models["squad"] / "model"
+    dev = models["squad"].parent / "squad2" / "dev-v2.0.json"
+    scored = json.loads((models["squad"] / "predictions.json").read_text())
+    card = task_card.read_card(model_dir)
+    export(ExportConfig(task="question_answering", model=str(model_dir), output=str(tmp_path / "exp"),
+                        seq_length=card.max_seq_length, dynamic_batch=True, dynamic_seq=True))
+    predict_file(ExportedModel(tmp_path / "exp"), dev, tmp_path / "pred", squad=card.squad_options())
+    _, examples = read_squad(dev)
+    served = TaskPredictor.from_model_dir(models["squad"], batch_size=4)(
+        [{"question": e.question, "context": e.context} for e in examples])
+    assert len(scored) == len(examples) == 18  # 6 contexts, 3 questions each
+    assert json.loads((tmp_path / "pred" / "predictions.json").read_text()) == scored
+    assert {e.qas_id: a["answer"] for e, a in zip(examples, served)} == scored
+
+
 def test_answers_per_kind(models):
     sst2 = TaskPredictor.from_model_dir(models["sst-2"])
     (answer,) = sst2(["the concert was wonderful ."])
@@ -188,7 +212,7 @@ def test_a_registered_export_can_serve_its_int8_graph(models, tmp_path, monkeypa
     answers (which differ from the fp32 ones). Too large an INT8 loss refuses the registration."""
     import mlflow
 
-    import bert_core.deploy.export as export_module
+    from bert_core.deploy import int8_gate
     from bert_core.deploy.mlflow_model import check_served
     from bert_pipeline.cli import main
 
@@ -205,7 +229,7 @@ def test_a_registered_export_can_serve_its_int8_graph(models, tmp_path, monkeypa
     assert not (tmp_path / "fp32-only").exists()
     quantized = ["--quantize", "int8", "--eval-data", dev, "--eval-task", "SST-2"]
     # The bar, set so that even no loss is too much: refused, and nothing registered.
-    monkeypatch.setattr(export_module, "INT8_MAX_DROP_POINTS", -1.0)
+    monkeypatch.setattr(int8_gate, "INT8_MAX_DROP_POINTS", -1.0)
     assert main([*base, *quantized, "--output", str(tmp_path / "refused")]) == 2
     assert re.search(r"points under the fp32 graph's .* nothing was registered", capsys.readouterr().err)
     assert not mlflow.MlflowClient(uri, registry_uri=uri).search_model_versions("name='bert-sst-2'")
@@ -217,7 +241,7 @@ def test_a_registered_export_can_serve_its_int8_graph(models, tmp_path, monkeypa
         registry.register_model_dir(model, "bert-sst-2", export_dir=tmp_path / "refused", quantized=True)
     assert not mlflow.MlflowClient(uri).search_runs([e.experiment_id for e in mlflow.MlflowClient(uri).search_experiments()])
     # This tiny model on 12 dev rows: one flipped label is 8 points; the bar is not what is tested here.
-    monkeypatch.setattr(export_module, "INT8_MAX_DROP_POINTS", 100.0)
+    monkeypatch.setattr(int8_gate, "INT8_MAX_DROP_POINTS", 100.0)
     capsys.readouterr()
     assert main([*base, *quantized, "--output", str(tmp_path / "int8"), "--promote"]) == 0
     report = json.loads(capsys.readouterr().out.split("\n}\n")[0] + "\n}")
@@ -238,7 +262,7 @@ def test_a_registered_export_can_serve_its_int8_graph(models, tmp_path, monkeypa
     # quantises each group's activations as a whole, and promotion compared answers made on another machine).
     import threading
 
-    from bert_core.deploy.export import ExportedModel
+    from bert_core.deploy.runtime import ExportedModel
 
     lengths = np.array([32, 31, 30, 29, 5, 5, 6, 6, 15, 16, 15, 16, 15, 16, 15, 16])
     ids = np.random.default_rng(0).integers(1000, 2000, size=(len(lengths), 32))

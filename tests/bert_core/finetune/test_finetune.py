@@ -10,13 +10,15 @@ import pytest
 import torch
 
 from bert_core.errors import BertPipelineError
-from bert_core.finetune.step import FinetuneConfig, finetune, predict
-from bert_core.finetune.tasks import features, glue
+from bert_core.finetune.step import FINETUNE, FinetuneConfig, finetune, predict
+from bert_core.finetune.tasks import features
 from bert_core.io.manifest import sha256_file
+from bert_core.launch.run import run_step
 from bert_core.metrics.scoring import score_predictions
 from bert_core.model.modeling import BertForSequenceClassification
 from bert_core.model.tokenization import BertTokenizer
 from bert_core.model.weights import read_state_dict
+from bert_core.tasks import glue
 from bert_core.train.precision import Precision
 from bert_pipeline.cli import main
 from tests import toy_tasks
@@ -120,6 +122,10 @@ def test_cli_and_bad_input(minilm_dir, tmp_path, capsys):
         finetune(FinetuneConfig(task="sst-2", data_dir=str(data), model=str(minilm_dir),
                                 output=str(tmp_path / "z"), tracking=False))
     assert not (tmp_path / "y").exists() and not (tmp_path / "z").exists()
+    # Tracking on: the MLflow run is the launcher's to open (fine-tuning does not import deploy's task pyfunc).
+    with pytest.raises(BertPipelineError, match=r"needs the MLflow run to log into: run it with .*run_step"):
+        finetune(FinetuneConfig(task="sst-2", data_dir=str(data), model=str(minilm_dir), output=str(tmp_path / "w")))
+    assert not (tmp_path / "w").exists()
 
 
 def test_the_best_epoch_is_kept_not_the_last(tiny_bert, tmp_path, monkeypatch):
@@ -185,9 +191,11 @@ def test_mlflow_run_holds_params_epoch_metrics_and_prediction_files(tiny_bert, t
     sst2 = toy_tasks.write_sst2(tmp_path / "sst2", n_train=24, n_dev=10)
     squad = toy_tasks.write_squad(tmp_path / "squad", n_train=8, n_dev=4, version_2=True)
     common = dict(model=str(tiny_bert), batch_size=8, lr=1e-3)
-    glue_result = finetune(FinetuneConfig(task="SST-2", data_dir=str(sst2), output=str(tmp_path / "sst2-out"),
-                                          epochs=2, max_len=24, **common))
-    squad_result = finetune(FinetuneConfig(task="squad", data_dir=str(squad), output=str(tmp_path / "squad-out"),
+    # The launcher opens the MLflow run (and logs the model as the task pyfunc), as the CLI and the DAGs run it.
+    glue_result = run_step(FINETUNE, FinetuneConfig(task="SST-2", data_dir=str(sst2), output=str(tmp_path / "sst2-out"),
+                                                    epochs=2, max_len=24, **common))
+    squad_result = run_step(FINETUNE, FinetuneConfig(task="squad", data_dir=str(squad),
+                                                     output=str(tmp_path / "squad-out"),
                                            epochs=1, version_2=True, max_seq_length=48, doc_stride=16,
                                            max_query_length=16, **common))
     client = mlflow.MlflowClient(f"sqlite:///{home / 'mlflow.db'}")

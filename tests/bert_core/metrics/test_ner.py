@@ -5,8 +5,8 @@ import json
 import pytest
 
 from bert_core.errors import BertPipelineError
-from bert_core.finetune.tasks.conll import read_conll, to_iob2, write_predictions
 from bert_core.metrics.ner import chunks, evaluate_ner_files, ner_metrics
+from bert_core.tasks.conll import read_conll, to_iob2, write_predictions
 from bert_pipeline.cli import main
 from tests.paths import FIXTURES
 

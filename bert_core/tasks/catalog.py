@@ -1,4 +1,5 @@
-"""Fine-tuning tasks: name -> kind (head), data files, and the metric that picks the best epoch."""
+"""The task catalog: each task name -> its kind (which head answers it), its data files, and the metric that
+picks the best epoch. Fine-tuning, scoring, export and the registry look tasks up here."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bert_core.errors import BertPipelineError
-from bert_core.finetune.tasks import glue
+from bert_core.tasks import glue
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 import pytest
 
 from bert_core.errors import BertPipelineError
-from bert_core.finetune.tasks.glue import GLUE_TASKS, read_examples, task_key
+from bert_core.tasks.glue import GLUE_TASKS, read_examples, task_key
 from tests.paths import FIXTURES
 
 GLUE = FIXTURES / "glue"
