@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+from bert_pipeline.dags_folder import pipelines_dir
 from bert_pipeline.stack import mlflow_server, ray_head
 from bert_pipeline.stack.health import get
 from bert_pipeline.stack.service import Record, Service, base_env, executable
@@ -38,8 +39,6 @@ SERVICE = Service("airflow", port_keys=("airflow",), stop_grace_s=30.0, check_he
 
 def spec(home: Path, ports: dict[str, int], parallelism: int) -> Record:
     """Command, environment, URLs and log file of `airflow standalone`."""
-    from bert_pipeline.commands.demo import pipelines_dir
-
     url = f"http://127.0.0.1:{ports['airflow']}"
     env = base_env(home)
     env.update({
