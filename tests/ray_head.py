@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from bert_pipeline.commands import stack
+from bert_pipeline.stack import processes, supervisor
+from bert_pipeline.stack import ray_head as ray_service
+from bert_pipeline.stack.health import wait_healthy
+from bert_pipeline.stack.state import free_port
 
 
 @dataclass
@@ -26,17 +29,16 @@ class RayHead:
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory) -> RayHead:
     home = tmp_path_factory.mktemp("ray-head-home")
-    ports = {"mlflow": 0, "airflow": 0, "ray_dashboard": stack.free_port(), "ray_gcs": stack.free_port()}
-    spec = stack.plan(home, ports, ray_num_cpus=2, airflow_parallelism=1)["ray"]
+    spec = ray_service.spec(home, {"ray_dashboard": free_port(), "ray_gcs": free_port()}, num_cpus=2)
     # The job drivers run with the environment the head was started with: this venv first on PATH.
     env = {**spec["env"], "RAY_USAGE_STATS_ENABLED": "0"}
     spec = {**spec, "env": env}
-    proc, record = stack._start(home, spec)
+    proc, record = supervisor.start(home, spec)
     try:
-        stack._wait_healthy({"ray": (proc, record)}, timeout=180)
+        wait_healthy({"ray": (ray_service.SERVICE, proc, record)}, timeout=180)
         yield RayHead(record["url"], record["address"], env, spec["command"][0])
     finally:
-        stack.stop_process(proc.pid, record["started"], stack.STOP_GRACE_S["ray"], leader_first=True)
+        processes.stop_process(supervisor.stop_target(ray_service.SERVICE, record))
         proc.wait(timeout=60)
         if not os.environ.get("BERT_PIPELINE_KEEP_RAY_LOGS"):
             import shutil

@@ -31,7 +31,9 @@ from pathlib import Path
 
 import pytest
 
-from bert_pipeline.commands.stack import RAY_WORKER_PORTS, free_port
+from bert_pipeline.stack.airflow import PASSWORD_FILE
+from bert_pipeline.stack.ray_head import WORKER_PORTS
+from bert_pipeline.stack.state import free_port
 
 UP_TIMEOUT_S = 400  # `stack up` waits up to its own --timeout (300 s) per phase; this bounds the whole command
 
@@ -67,7 +69,7 @@ class LocalStack:
 
     @property
     def airflow_password_file(self) -> Path:
-        return self.home / "airflow" / "simple_auth_manager_passwords.json.generated"
+        return self.home / "airflow" / PASSWORD_FILE
 
     @property
     def logs(self) -> Path:
@@ -110,7 +112,7 @@ def _free_ports(count: int) -> list[int]:
     while len(ports) < count:
         port = free_port()
         # Ray refuses head ports inside the range it keeps for its workers.
-        if port not in ports and not RAY_WORKER_PORTS[0] <= port <= RAY_WORKER_PORTS[1]:
+        if port not in ports and not WORKER_PORTS[0] <= port <= WORKER_PORTS[1]:
             ports.append(port)
     return ports
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bert_pipeline.commands.stack import free_port
+from bert_pipeline.stack.state import free_port
 from operators import registry
 from operators import tasks as ops
 from tests import toy_tasks

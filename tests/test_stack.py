@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -15,8 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from bert_core.errors import BertPipelineError
 from bert_pipeline.cli import main
-from bert_pipeline.commands import stack as stack_cmd
+from bert_pipeline.stack import airflow as airflow_service
+from bert_pipeline.stack import health, processes, supervisor
+from bert_pipeline.stack.processes import StopTarget
+from bert_pipeline.stack.state import DEFAULT_PORTS
 
 
 def _sleeper(*, new_session: bool = True) -> subprocess.Popen:
@@ -24,15 +29,14 @@ def _sleeper(*, new_session: bool = True) -> subprocess.Popen:
 
 
 def _record(proc: subprocess.Popen, health_url: str, log: Path, **extra) -> dict:
-    stat = stack_cmd._proc_stat(proc.pid)
-    return {"pid": proc.pid, "started": stat[3], "url": health_url.rsplit("/", 1)[0], "health_url": health_url,
+    return {"pid": proc.pid, "started": processes.start_time(proc.pid), "url": health_url.rsplit("/", 1)[0], "health_url": health_url,
             "log": str(log), **extra}
 
 
 def _write_state(home: Path, services: dict) -> Path:
     state = home / "stack" / "state.json"
     state.parent.mkdir(parents=True)
-    state.write_text(json.dumps({"ports": dict(stack_cmd.DEFAULT_PORTS), "services": services}))
+    state.write_text(json.dumps({"ports": dict(DEFAULT_PORTS), "services": services}))
     return state
 
 
@@ -131,23 +135,40 @@ def test_port_in_use_is_named_and_nothing_starts(tmp_path, capsys):
     assert not list((tmp_path / "stack").glob("*.log"))
 
 
+def _wait_for_file(path: Path, timeout: float = 20.0) -> str:
+    """The content of `path` once a process has written it (written to a temp name and renamed into place)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} was not written within {timeout} s"
+        time.sleep(0.05)
+    return path.read_text()
+
+
+# Writes its pid to argv[1] once it has left its parent's process group (a session of its own).
+SETSID = """
+import os, sys, time
+os.setsid()
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(300)
+"""
+
+
 def test_stop_process_ends_the_tree_and_the_group(tmp_path):
     # A shell in its own session with a child in its group and a grandchild that left the group (setsid),
     # like Ray's and Airflow's workers can.
-    pids_file = tmp_path / "pids"
-    script = (f"sleep 300 & echo $! >> {pids_file}; "
-              f"{sys.executable} -c 'import os, time; os.setsid(); time.sleep(300)' & echo $! >> {pids_file}; "
-              "wait")
+    in_group, left = tmp_path / "in-group", tmp_path / "left"
+    script = (f"sleep 300 & echo $! > {in_group}.tmp && mv {in_group}.tmp {in_group}; "
+              f"{sys.executable} -c '{SETSID}' {left} & wait")
     shell = subprocess.Popen(["sh", "-c", script], start_new_session=True)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and len(pids_file.read_text().split() if pids_file.exists() else []) < 2:
-        time.sleep(0.05)
-    children = [int(p) for p in pids_file.read_text().split()]
-    started = stack_cmd._proc_stat(shell.pid)[3]
-    assert stack_cmd.stop_process(shell.pid, started, grace=5) is True
+    children = [int(_wait_for_file(in_group)), int(_wait_for_file(left))]
+    assert processes.proc_stat(children[0])[2] == shell.pid  # in the shell's group
+    assert processes.proc_stat(children[1])[2] != shell.pid  # left it: found as a descendant only
+    target = StopTarget(shell.pid, processes.start_time(shell.pid), grace_s=5)
+    assert processes.stop_process(target) is True
     assert _gone(shell)
-    assert not any(stack_cmd._alive(pid) for pid in children)
-    assert stack_cmd.stop_process(shell.pid, started, grace=5) is False  # already stopped
+    assert not any(processes.alive(pid) for pid in children)
+    assert processes.stop_process(target) is False  # already stopped
 
 
 def test_status_reports_health_and_down_stops_and_forgets(tmp_path, health_server, capsys):
@@ -161,14 +182,14 @@ def test_status_reports_health_and_down_stops_and_forgets(tmp_path, health_serve
         _write_state(tmp_path, {
             "mlflow": _record(mlflow, f"{url}/health", tmp_path / "stack" / "mlflow.log"),
             "airflow": _record(airflow, f"{url}/api/v2/monitor/health", tmp_path / "stack" / "airflow.log",
-                               password_file=str(tmp_path / "airflow" / stack_cmd.AIRFLOW_PASSWORD_FILE)),
+                               password_file=str(tmp_path / "airflow" / airflow_service.PASSWORD_FILE)),
         })
         assert main(["stack", "status", "--home", str(tmp_path)]) == 1
         out = capsys.readouterr().out
         assert f"mlflow   pid {mlflow.pid}" in out and "healthy" in out.splitlines()[0]
         assert "ray      not started" in out
         assert "UNHEALTHY: scheduler unhealthy" in out
-        assert f"password in {tmp_path / 'airflow' / stack_cmd.AIRFLOW_PASSWORD_FILE}" in out
+        assert f"password in {tmp_path / 'airflow' / airflow_service.PASSWORD_FILE}" in out
 
         assert main(["stack", "down", "--home", str(tmp_path)]) == 0
         out = capsys.readouterr().out
@@ -188,12 +209,33 @@ def test_airflow_health_needs_every_component(health_server):
     record = {"health_url": f"{url}/api/v2/monitor/health"}
     healthy = {part: {"status": "healthy"} for part in ("metadatabase", "scheduler", "triggerer", "dag_processor")}
     answers["/api/v2/monitor/health"] = (200, json.dumps(healthy))
-    assert stack_cmd.check_health("airflow", record) == (True, "ok")
+    assert airflow_service.check_health(record) == (True, "ok")
     answers["/api/v2/monitor/health"] = (200, json.dumps({k: v for k, v in healthy.items() if k != "triggerer"}))
-    assert stack_cmd.check_health("airflow", record) == (False, "triggerer missing")
+    assert airflow_service.check_health(record) == (False, "triggerer missing")
     answers["/api/v2/monitor/health"] = (503, "starting")
-    ok, reason = stack_cmd.check_health("airflow", record)
+    ok, reason = airflow_service.check_health(record)
     assert not ok and "HTTP 503" in reason
+
+
+def test_http_health_is_a_200_from_the_health_url(health_server):
+    url, answers = health_server
+    answers["/health"] = (200, "OK")
+    assert health.http_ok({"health_url": f"{url}/health"}) == (True, "ok")
+    assert health.http_ok({"health_url": f"{url}/missing"}) == (False, f"{url}/missing: HTTP 404")
+    ok, reason = health.http_ok({"health_url": "http://127.0.0.1:9/health"})  # nothing listens on port 9
+    assert not ok and reason.startswith("http://127.0.0.1:9/health: ")
+
+
+def test_a_service_that_exits_while_starting_is_named_with_its_logs(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    proc.wait()
+    record = {"url": "http://127.0.0.1:9", "health_url": "http://127.0.0.1:9/api/gcs_healthz",
+              "log": str(tmp_path / "ray.log"), "temp_dir": str(tmp_path / "ray-tmp")}
+    ray = supervisor.SERVICES["ray"]
+    with pytest.raises(BertPipelineError) as error:
+        health.wait_healthy({"ray": (ray, proc, record)}, timeout=60)
+    assert str(error.value) == (f"ray exited with code 3 before it became healthy; read {tmp_path / 'ray.log'} "
+                                f"and the Ray logs in {tmp_path / 'ray-tmp'}/session_latest/logs")
 
 
 def test_a_reused_pid_is_not_killed(tmp_path, capsys):
@@ -216,7 +258,7 @@ def test_a_reused_pid_is_not_killed(tmp_path, capsys):
 def test_stack_module_imports_no_service_library():
     # The command starts the services' CLIs; importing airflow, mlflow or ray would cost seconds and couple
     # bert_core to them (ARCHITECTURE §1).
-    code = ("import sys, bert_pipeline.commands.stack, bert_pipeline.cli; "
+    code = ("import sys, bert_pipeline.commands.stack, bert_pipeline.stack.supervisor, bert_pipeline.cli; "
             "print(sorted(m for m in ('airflow', 'mlflow', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
@@ -224,10 +266,11 @@ def test_stack_module_imports_no_service_library():
 
 
 # A leader that starts one child in its group; on SIGTERM it stops the child itself (or, "ignore", does nothing).
-# The child blocks SIGTERM and records who sent it one (sigwaitinfo's si_pid), then exits.
+# It writes `armed` once its SIGTERM disposition is set. The child blocks SIGTERM, writes its pid to `ready`, and
+# records who sent it a SIGTERM (sigwaitinfo's si_pid), then exits.
 LEADER = """
-import signal, subprocess, sys
-child_code, ready, sender, mode = sys.argv[1:]
+import os, signal, subprocess, sys
+child_code, ready, sender, armed, mode = sys.argv[1:]
 child = subprocess.Popen([sys.executable, "-c", child_code, ready, sender])
 if mode == "ignore":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -237,46 +280,63 @@ else:
         child.wait()
         sys.exit(0)
     signal.signal(signal.SIGTERM, stop)
+open(armed + ".tmp", "w").close()
+os.rename(armed + ".tmp", armed)
 while True:
     signal.pause()
 """
 CHILD = """
 import os, signal, sys
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-open(sys.argv[1], "w").write(str(os.getpid()))
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
 info = signal.sigwaitinfo({signal.SIGTERM})
 open(sys.argv[2], "w").write(str(info.si_pid))
 """
 
 
 def _leader(tmp_path, mode: str) -> tuple[subprocess.Popen, int]:
-    ready, sender = tmp_path / "ready", tmp_path / "sender"
-    leader = subprocess.Popen([sys.executable, "-c", LEADER, CHILD, str(ready), str(sender), mode],
+    """The leader and its child's pid, once both are ready for SIGTERM."""
+    ready, sender, armed = tmp_path / "ready", tmp_path / "sender", tmp_path / "armed"
+    leader = subprocess.Popen([sys.executable, "-c", LEADER, CHILD, str(ready), str(sender), str(armed), mode],
                               start_new_session=True)
-    deadline = time.monotonic() + 20
-    while not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.3)  # the leader's SIGTERM handler is installed right after it started the child
-    return leader, int(ready.read_text())
+    child = int(_wait_for_file(ready))
+    _wait_for_file(armed)
+    return leader, child
 
 
-def test_leader_first_lets_the_main_process_stop_its_children(tmp_path):
+@pytest.fixture()
+def family_signals(monkeypatch):
+    """The signals stop_processes sends to a whole family, each with whether its leader was still alive."""
+    sent: list[tuple[str, bool]] = []
+    real = processes.signal_family
+
+    def spy(pids, pgid, sig):
+        sent.append((signal.Signals(sig).name, processes.alive(pgid)))
+        real(pids, pgid, sig)
+
+    monkeypatch.setattr(processes, "signal_family", spy)
+    return sent
+
+
+def test_leader_first_lets_the_main_process_stop_its_children(tmp_path, family_signals):
     """As `stack down` stops Ray: only `ray start` gets our SIGTERM; it stops its own children."""
     leader, child = _leader(tmp_path, "stop-children")
-    started = stack_cmd._proc_stat(leader.pid)[3]
-    begin = time.monotonic()
-    assert stack_cmd.stop_process(leader.pid, started, grace=8, leader_first=True) is True
-    assert time.monotonic() - begin < stack_cmd.LEADER_GRACE_S  # no waiting for the fallback
+    target = StopTarget(leader.pid, processes.start_time(leader.pid), grace_s=8, leader_first=True)
+    assert processes.stop_process(target) is True
     assert int((tmp_path / "sender").read_text()) == leader.pid  # the child heard from its leader, not from us
-    assert _gone(leader) and not stack_cmd._alive(child)
+    # The family was signalled once, after its leader had ended (not on the fallback's clock), and never killed.
+    assert family_signals == [("SIGTERM", False)]
+    assert _gone(leader) and not processes.alive(child)
 
 
-def test_leader_first_falls_back_to_the_family_and_sigkill(tmp_path, monkeypatch):
+def test_leader_first_falls_back_to_the_family_and_sigkill(tmp_path, monkeypatch, family_signals):
     """A main process that does not stop: after LEADER_GRACE_S its family gets SIGTERM, and SIGKILL after the
     grace period."""
-    monkeypatch.setattr(stack_cmd, "LEADER_GRACE_S", 0.5)
+    monkeypatch.setattr(processes, "LEADER_GRACE_S", 0.5)
     leader, child = _leader(tmp_path, "ignore")
-    started = stack_cmd._proc_stat(leader.pid)[3]
-    assert stack_cmd.stop_process(leader.pid, started, grace=2, leader_first=True) is True
+    target = StopTarget(leader.pid, processes.start_time(leader.pid), grace_s=2, leader_first=True)
+    assert processes.stop_process(target) is True
     assert int((tmp_path / "sender").read_text()) == os.getpid()  # the fallback's SIGTERM, from this process
-    assert _gone(leader) and not stack_cmd._alive(child)
+    assert family_signals == [("SIGTERM", True), ("SIGKILL", True)]  # the leader outlived both stages' start
+    assert _gone(leader) and not processes.alive(child)

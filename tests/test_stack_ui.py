@@ -156,16 +156,13 @@ def test_trigger_bert_demo_from_the_airflow_ui(local_stack, browser):
     api = AirflowApi(local_stack.airflow_url, *local_stack.airflow_credentials())
     _login(browser, local_stack)
 
-    # The DAG list: the DAG processor parses pipelines/ shortly after start-up, so reload until all are there.
-    deadline = time.monotonic() + 120
+    # The DAG list: the DAG processor parses pipelines/ shortly after start-up; once the API knows every DAG, the
+    # page shows them all when it has rendered.
+    _wait_for_dags(api, DAGS)
     browser.get(local_stack.airflow_url + "/dags")
-    time.sleep(2)
-    while not set(DAGS) <= _dag_links(browser) and time.monotonic() < deadline:
-        time.sleep(5)
-        browser.refresh()
-        time.sleep(2)
+    _wait(browser, lambda d: set(DAGS) <= _dag_links(d), timeout=60,
+          message=f"the DAG list does not show all of {DAGS}")
     _shot(browser, "01-dag-list.png")
-    assert set(DAGS) <= _dag_links(browser), f"DAG list shows {sorted(_dag_links(browser))}"
     assert api.get("/api/v2/importErrors")["total_entries"] == 0
 
     # bert_demo's trigger form, with settings that make the run quick.
@@ -204,12 +201,10 @@ def test_trigger_bert_demo_from_the_airflow_ui(local_stack, browser):
     run_id = run["dag_run_id"]
     _idle(browser)
 
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while run["state"] not in ("success", "failed") and time.monotonic() < deadline:
-        time.sleep(5)
-        run = api.get(f"/api/v2/dags/bert_demo/dagRuns/{urllib.parse.quote(run_id, safe='')}")
+    run = _wait_for_run(api, "bert_demo", run_id, timeout=RUN_TIMEOUT_S)
     browser.get(f"{local_stack.airflow_url}/dags/bert_demo/runs/{urllib.parse.quote(run_id, safe='')}")
-    time.sleep(3)
+    _wait(browser, lambda d: run_id in (text := d.find_element(By.TAG_NAME, "body").text)
+          and run["state"] in text.lower(), message=f"the run page does not show run {run_id} {run['state']}")
     _shot(browser, "03-run-finished.png")
     assert run["state"] == "success", _failed_tasks(api, "bert_demo", run_id)
 
@@ -248,6 +243,14 @@ def _task_log(api: AirflowApi, dag_id: str, run_id: str, task_id: str, map_index
     return content if isinstance(content, str) else json.dumps(content)
 
 
+def _wait_for_dags(api: AirflowApi, dag_ids, timeout: float = 120) -> None:
+    """Until the API lists every one of `dag_ids` (the DAG processor has parsed and serialized them)."""
+    deadline = time.monotonic() + timeout
+    while not set(dag_ids) <= (listed := {d["dag_id"] for d in api.get("/api/v2/dags")["dags"]}):
+        assert time.monotonic() < deadline, f"after {timeout:.0f} s the API lists only {sorted(listed)}"
+        time.sleep(3)
+
+
 def _wait_for_run(api: AirflowApi, dag_id: str, run_id: str, timeout: float) -> dict:
     quoted = urllib.parse.quote(run_id, safe="")
     deadline = time.monotonic() + timeout
@@ -267,20 +270,20 @@ def test_trigger_forms_start_with_their_defaults_and_bad_conf_fails_the_plan(loc
 
     api = AirflowApi(local_stack.airflow_url, *local_stack.airflow_credentials())
     _login(browser, local_stack)
-    deadline = time.monotonic() + 120
-    while dag_id not in {d["dag_id"] for d in api.get("/api/v2/dags")["dags"]} and time.monotonic() < deadline:
-        time.sleep(3)
+    _wait_for_dags(api, [dag_id])
     dialog = _open_trigger_form(browser, local_stack, dag_id)
-    time.sleep(1)
-    _shot(browser, f"04-{dag_id}-form.png")
     dag = api.get(f"/api/v2/dags/{dag_id}/details")
     defaults = {name: spec.get("value") for name, spec in dag["params"].items()}
     # The form marks a field required (an asterisk, `required`) when its type has no null: fine for a field
     # that shows its default value, wrong for one whose documented default is "empty" (it could not be left so).
-    required = {f.get_attribute("name").removeprefix("element_")
-                for f in dialog.find_elements(By.CSS_SELECTOR, "input[required], textarea[required]")}
+    # Read once the form has rendered its fields (it renders them together).
+    required_fields = _wait(browser, lambda d: dialog.find_elements(
+        By.CSS_SELECTOR, "input[required], textarea[required]"), timeout=30,
+                            message=f"{dag_id}: the form shows no required field")
+    _shot(browser, f"04-{dag_id}-form.png")
+    required = {f.get_attribute("name").removeprefix("element_") for f in required_fields}
     empty_default = {name for name in required if defaults.get(name) in (None, "", [], {})}
-    assert required and not empty_default, f"{dag_id}: required fields with an empty default: {empty_default}"
+    assert not empty_default, f"{dag_id}: required fields with an empty default: {empty_default}"
     trigger = next(b for b in dialog.find_elements(By.CSS_SELECTOR, "button") if b.text.strip() == "Trigger")
     _wait(browser, lambda d: trigger.is_enabled(), timeout=10, message=f"{dag_id}: Trigger stays disabled")
     before = {r["dag_run_id"] for r in api.get(f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.util
 import json
 import os
 import subprocess
@@ -22,6 +21,7 @@ from typing import Any
 
 from bert_core.errors import BertPipelineError
 from bert_core.io import storage
+from bert_pipeline.dags_folder import pipelines_dir
 
 DAG_ID = "bert_demo"
 
@@ -35,14 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "usual AWS credentials apply) (default: HOME/demo/<UTC timestamp>)")
     parser.add_argument("--conf", metavar="JSON", default="{}",
                         help='DAG params to override, as JSON, e.g. \'{"pretrain_num_steps": 10}\'')
-
-
-def pipelines_dir() -> Path:
-    spec = importlib.util.find_spec("pipelines")
-    if spec is None or not spec.submodule_search_locations:
-        raise BertPipelineError("the `pipelines` package (the DAG files) is not importable: install the project "
-                                "with `pip install -e .`")
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def _airflow(*args: str) -> None:

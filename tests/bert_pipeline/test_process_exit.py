@@ -16,8 +16,22 @@ from bert_pipeline.process_exit import run_and_exit
 marks = Path(sys.argv[1])
 atexit.register(lambda: marks.write_text(marks.read_text() + "atexit\\n"))
 
+def exiting() -> bool:
+    # Whether the main thread has left main() and is in exit_process (joining this thread).
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None:
+        if frame.f_code.co_name == "exit_process":
+            return True
+        frame = frame.f_back
+    return False
+
 def late():
-    time.sleep(0.3)
+    # Still running when main() has returned: the mark is written only once the exit is under way.
+    deadline = time.monotonic() + 30
+    while not exiting():
+        if time.monotonic() > deadline:
+            raise SystemExit("main() never reached exit_process")
+        time.sleep(0.01)
     marks.write_text(marks.read_text() + "thread\\n")
 
 def main():

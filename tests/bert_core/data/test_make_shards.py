@@ -252,8 +252,8 @@ def test_killed_run_leaves_no_shard_that_looks_complete(tmp_path):
            "--vocab", VOCAB, "--instances-per-shard", "100", "--shuffle-buffer", "0", "--chunk-documents", "50",
            "--no-progress"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while time.time() < deadline and not list(tmp_path.glob(".out.tmp-*/part-*.npz")):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(tmp_path.glob(".out.tmp-*/part-*.npz")):
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

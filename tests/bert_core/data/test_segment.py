@@ -205,7 +205,8 @@ def test_cli(tmp_path, capsys):
 
 
 def test_s3_inputs_and_output(tmp_path, monkeypatch):
-    moto = pytest.importorskip("moto")
+    import moto
+
     for name, value in (("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test"),
                         ("AWS_DEFAULT_REGION", "us-east-1")):
         monkeypatch.setenv(name, value)

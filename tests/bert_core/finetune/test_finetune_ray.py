@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 
+import mlflow
 import numpy as np
 import pytest
+import ray
 import torch
 
 from bert_core.finetune.step import FINETUNE, FinetuneConfig, finetune
@@ -15,9 +17,6 @@ from bert_core.metrics.scoring import score_predictions
 from bert_core.model.weights import read_state_dict
 from tests import toy_tasks
 from tests.tiny_bert import write_tiny_bert
-
-ray = pytest.importorskip("ray")
-mlflow = pytest.importorskip("mlflow")
 
 pytestmark = pytest.mark.slow
 

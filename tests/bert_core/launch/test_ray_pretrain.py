@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mlflow
 import pytest
+import ray
 import torch
 
 from bert_core.errors import BertPipelineError
@@ -13,8 +14,6 @@ from bert_core.pretrain.step import PRETRAIN, PretrainConfig, pretrain
 from tests.fault_injection import FailAtStep
 from tests.recording_tracker import RecordingTracker
 from tests.synthetic_shards import tiny_model_config, write_shards
-
-ray = pytest.importorskip("ray")
 
 STEPS = 8
 

@@ -263,7 +263,8 @@ def test_cli_help_and_runs(cfg, data, tmp_path, monkeypatch, capsys):
 @pytest.fixture
 def s3(monkeypatch):
     """An S3-compatible server on loopback (moto); dummy credentials that only it accepts."""
-    moto_server = pytest.importorskip("moto.server")
+    from moto import server as moto_server
+
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
     server.start()
     host, port = server.get_host_and_port()
