@@ -20,7 +20,7 @@ Two ways of drawing, with the same distributions:
   (through `_randbelow`, `_randint` and `_shuffle`, which consume it exactly as `random.Random`'s
   methods do, without their per-call overhead; tests check it). The first unit (file 0, chunk 0) is
   seeded with the seed itself, so a single-file, single-unit run gives exactly Google's instances
-  (bench/make_shards.py --check-exact compares them with the real script's).
+  (`python -m evaluation.make_shards --check-exact` compares them with the real script's).
 * default: segments are drawn the same way, but truncation draws how many tokens to cut from the
   front at once (`_truncate_spans`), and the instance shuffle and all masks come from a numpy
   generator for the whole unit at once (`mask_instances`): several times faster.

@@ -1,6 +1,6 @@
 """The pretraining recipe a run gets when it names no optimizer, learning rate or warmup.
 
-The rule (measured by bench/pretrain_convergence.py; figures in docs/benchmarks-pretrain.md):
+The rule (measured by `python -m evaluation.pretrain_convergence`; figures in docs/benchmarks-pretrain.md):
 
 - optimizer: `adamw` (bias-corrected Adam, decoupled weight decay). BERT's own uncorrected Adam
   (`bertadam`) takes early steps about 3x larger than Adam's at the same lr (its second moment starts
