@@ -175,11 +175,11 @@ def test_trigger_bert_demo_from_the_airflow_ui(local_stack, browser):
     # accuracy (MiniLM triples the run's time on 2 cores); corpus and vocab are left unset (their defaults).
     model = write_tiny_bert(local_stack.home / "tiny-bert")
     work_dir = local_stack.home / "ui-run"
-    # Fine-tuning in the task processes (finetune_workers 0): a Ray Train start-up per fine-tuning would double
+    # Fine-tuning in the task processes (finetune_num_workers 0): a Ray Train start-up per fine-tuning would double
     # the run's time; pretraining still runs on the stack's Ray head, on one worker (two: the REST test below).
-    conf = {"work_dir": str(work_dir), "model": str(model), "dupe_factor": 1, "pretrain_steps": 2,
-            "pretrain_workers": 1, "pretrain_batch_size": 4, "finetune_epochs": 1, "squad_epochs": 1,
-            "finetune_workers": 0}
+    conf = {"work_dir": str(work_dir), "model": str(model), "dupe_factor": 1, "pretrain_num_steps": 2,
+            "pretrain_num_workers": 1, "pretrain_batch_size": 4, "finetune_epochs": 1, "squad_epochs": 1,
+            "finetune_num_workers": 0}
     for param, value in conf.items():
         _set_field(browser, dialog, param, value)
     # A new DAG is paused; the form offers to unpause it on trigger, ticked by default.
@@ -370,10 +370,10 @@ def test_dags_run_their_new_params_through_the_rest_api(local_stack):
     versions = client.search_model_versions("name='bert-pretrained'")
     assert any(v.tags.get("output") == str(work / "pretrained" / "phase2") for v in versions)
 
-    # A named recipe, per-task overrides (tiny sizes) and a search over two learning rates on the stack's Ray.
+    # A named preset, per-task overrides (tiny sizes) and a search over two learning rates on the stack's Ray.
     ft = local_stack.home / "rest-finetune"
     run_id = _trigger(api, "bert_finetune", {
-        "tasks": {"sst-2": "", "squad": ""}, "model": str(work / "pretrained" / "phase2"), "recipe": "gluonnlp",
+        "tasks": {"sst-2": "", "squad": ""}, "model": str(work / "pretrained" / "phase2"), "preset": "gluonnlp",
         "search": {"lr": [1e-4, 1e-3]}, "work_dir": str(ft),
         "overrides": {"sst-2": {"epochs": 1, "max_len": 32},
                       "squad": {"epochs": 1, "batch_size": 8, "max_seq_length": 64, "doc_stride": 32}}})

@@ -46,7 +46,7 @@ def test_search_runs_trials_as_child_runs(tmp_path, monkeypatch):
     # Ray's workers get the raylet's environment, which has no MLFLOW_TRACKING_URI (they would use the home's
     # embedded store), as on a cluster or a Ray head started by `stack up`: the trials must still log to the
     # driver's store, where the parent run is.
-    ray.init(num_cpus=2, include_dashboard=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False)  # never a Ray head that another test started
     try:
         monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
         parent = build_tracker(True, experiment="bert-finetune/sst-2", run_name="search")
