@@ -17,21 +17,24 @@ _UNSET: Any = dataclasses.MISSING
 
 
 def option(default: Any = _UNSET, help: str = "", *, default_factory: Any = _UNSET, group: str | None = None,
-           flag: str | None = None, aliases: Sequence[str] = (), choices: Sequence[Any] | None = None,
-           metavar: str | None = None, default_help: str | None = None, negate: str | None = None,
-           exclusive: str | None = None, positional: bool = False, const: Any = None, cli: bool = True) -> Any:
+           flag: str | None = None, aliases: Sequence[str] = (), deprecated: Sequence[str] = (),
+           choices: Sequence[Any] | None = None, metavar: str | None = None, default_help: str | None = None,
+           negate: str | None = None, exclusive: str | None = None, positional: bool = False, const: Any = None,
+           cli: bool = True) -> Any:
     """A dataclass field with its flag's description.
 
     help: the flag's help (the default is appended, or `default_help` when the default is computed);
     group: the --help section; flag/aliases: the flag's name (default --field-name) and older names kept
-    working; negate: for a True-by-default bool, the flag that turns it off (e.g. --no-tracking);
+    working; deprecated: older names kept working with a warning and left out of --help (a flag renamed
+    after it shipped); negate: for a True-by-default bool, the flag that turns it off (e.g. --no-tracking);
     exclusive: fields sharing this name are mutually exclusive (required when none has a default);
     positional: an argument, not a flag; const: the value of the flag given without one (an optional value);
     cli=False: not a flag at all (set by code).
     """
-    metadata = {"help": help, "group": group, "flag": flag, "aliases": tuple(aliases), "choices": choices,
-                "metavar": metavar, "default_help": default_help, "negate": negate, "exclusive": exclusive,
-                "positional": positional, "const": const, "cli": cli}
+    metadata = {"help": help, "group": group, "flag": flag, "aliases": tuple(aliases),
+                "deprecated": tuple(deprecated), "choices": choices, "metavar": metavar,
+                "default_help": default_help, "negate": negate, "exclusive": exclusive, "positional": positional,
+                "const": const, "cli": cli}
     if default_factory is not _UNSET:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

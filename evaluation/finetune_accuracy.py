@@ -26,7 +26,7 @@ One epoch on a small set lands far apart from seed to seed with dropout on (docs
 --dropout 0 takes the dropout draws out of the comparison, for both systems:
 
     python -m evaluation.finetune_accuracy --task squad --synthetic-train-questions 2000 --epochs 1 --lr 1e-4 \\
-        --max-len 128 --doc-stride 64 --out-json bench-results/ft_squad.json --out-md bench-results/ft_squad.md
+        --max-seq-length 128 --doc-stride 64 --out-json bench-results/ft_squad.json --out-md bench-results/ft_squad.md
 
 Prints a Markdown table (and writes it with --out-md) and writes the rows, settings and machine
 (with the load average before and after each run) as JSON with --out-json.
@@ -78,7 +78,7 @@ def bench_config(args, data_dir: str | None = None, output: str = "-", **extra):
     from bert_core.finetune.step import FinetuneConfig
 
     return FinetuneConfig(task=args.task, data_dir=data_dir or args.data_dir, model=args.model, output=output,
-                          max_len=args.max_len, max_seq_length=args.max_len, doc_stride=args.doc_stride,
+                          max_seq_length=args.max_seq_length, doc_stride=args.doc_stride,
                           max_query_length=args.max_query_length, language=args.language, tracking=False, **extra)
 
 
@@ -342,8 +342,8 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=32, help="examples per update (default 32)")
     p.add_argument("--lr", type=float, default=5e-5, help="peak learning rate (default 5e-5)")
     p.add_argument("--warmup-ratio", type=float, default=0.1, help="fraction of updates with warmup (default 0.1)")
-    p.add_argument("--max-len", type=int, default=128, help="max tokens per example; SQuAD: the window length, "
-                   "--max-seq-length (default 128)")
+    p.add_argument("--max-seq-length", type=int, default=128,
+                   help="max tokens per example; SQuAD: the window length (default 128)")
     p.add_argument("--doc-stride", type=int, default=64, help="SQuAD: tokens between window starts (default 64)")
     p.add_argument("--max-query-length", type=int, default=64, help="SQuAD: question tokens kept (default 64)")
     p.add_argument("--dropout", type=float, default=None,

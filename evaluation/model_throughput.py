@@ -1,6 +1,6 @@
 """Training-step and inference throughput of bert_core's BERT against transformers' BertModel.
 
-Same config, same weights, same batches (lengths uniform between 25% and 100% of --seq-len, as
+Same config, same weights, same batches (lengths uniform between 25% and 100% of --max-seq-length, as
 real fine-tuning batches are), same AdamW; the two are interleaved step by step so machine noise
 hits both alike. Reports real (non-padding) tokens per second and the ratio ours/theirs. Models are
 named as in the zoo, bert_LAYERS_HIDDEN_HEADS (bert_6_384_12: MiniLM's size; bert_12_768_12: BERT-base).
@@ -99,9 +99,9 @@ def measure(name: str, mode: str, run: ThroughputRun) -> dict:
     load_before = os.getloadavg()[0]  # the machine may be shared: figures under load are lower
     torch.manual_seed(0)
     ours, theirs, cfg = build_pair(name, run.device, run.dtype)
-    batches = make_batches(run.warmup + run.steps, run.batch_size, run.seq_len, cfg.vocab_size, 0, run.device)
+    batches = make_batches(run.warmup + run.steps, run.batch_size, run.max_seq_length, cfg.vocab_size, 0, run.device)
     real_tokens = [int(b[1].sum()) for b in batches]
-    padded = run.batch_size * run.seq_len
+    padded = run.batch_size * run.max_seq_length
     models = {"ours": ours, "transformers": theirs}
     opts = {}
     for k, m in models.items():
@@ -119,7 +119,7 @@ def measure(name: str, mode: str, run: ThroughputRun) -> dict:
             if i >= run.warmup:
                 times[k].append(time.perf_counter() - t0)
     tokens = sum(real_tokens[run.warmup:])
-    row = {"config": name, "mode": mode, "batch_size": run.batch_size, "seq_len": run.seq_len,
+    row = {"config": name, "mode": mode, "batch_size": run.batch_size, "max_seq_length": run.max_seq_length,
            "padding_fraction": round(1 - tokens / (padded * run.steps), 3), "dtype": run.dtype,
            "load_average_before": round(load_before, 2), "load_average_after": round(os.getloadavg()[0], 2)}
     for k in models:
@@ -132,8 +132,8 @@ def measure(name: str, mode: str, run: ThroughputRun) -> dict:
 def command_line(run: ThroughputRun) -> list[str]:
     """The command that repeats `run` (recorded in the report as `machine.command`)."""
     argv = ["python", "-m", MODULE, "--configs", *run.configs, "--modes", *run.modes, "--batch-size",
-            str(run.batch_size), "--seq-len", str(run.seq_len), "--steps", str(run.steps), "--warmup", str(run.warmup),
-            "--dtype", run.dtype]
+            str(run.batch_size), "--max-seq-length", str(run.max_seq_length), "--steps", str(run.steps),
+            "--warmup", str(run.warmup), "--dtype", run.dtype]
     if run.device:
         argv += ["--device", run.device]
     if run.threads:
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--modes", nargs="+", default=list(defaults.modes), choices=["train", "infer"],
                    help="train: forward+backward+AdamW step; infer: forward under inference_mode")
     p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per batch")
-    p.add_argument("--seq-len", type=int, default=defaults.seq_len,
+    p.add_argument("--max-seq-length", type=int, default=defaults.max_seq_length,
                    help="padded length; real lengths are uniform in [len/4, len]")
     p.add_argument("--steps", type=int, default=defaults.steps, help="measured steps per model")
     p.add_argument("--warmup", type=int, default=defaults.warmup, help="unmeasured steps first")

@@ -42,8 +42,8 @@ DEFAULT_VOCAB = SHARED_DATA / "bert" / "vocab" / "uncased_L-12_H-768_A-12.vocab.
 # --------------------------------------------------------------------------- data
 
 
-def prepare_data(corpus: str, vocab: str, work: Path, seq_len: int, max_predictions: int, dupe_factor: int,
-                 holdout_fraction: float) -> tuple[str, str]:
+def prepare_data(corpus: str, vocab: str, work: Path, max_seq_length: int, max_predictions: int,
+                 dupe_factor: int, holdout_fraction: float) -> tuple[str, str]:
     """segment -> make-shards with a held-out split; returns (training shards dir, held-out shards dir)."""
     from bert_core.data.instances import ShardConfig
     from bert_core.data.make_shards import make_split_shards
@@ -52,9 +52,9 @@ def prepare_data(corpus: str, vocab: str, work: Path, seq_len: int, max_predicti
     segmented = work / "segmented"
     segment([corpus], str(segmented))
     texts = sorted(str(p) for p in segmented.iterdir() if p.name != "manifest.json")
-    train, heldout = work / f"shards-{seq_len}", work / f"shards-{seq_len}-heldout"
-    config = ShardConfig(max_seq_length=seq_len, max_predictions_per_seq=max_predictions, dupe_factor=dupe_factor,
-                         holdout_fraction=holdout_fraction)
+    train, heldout = work / f"shards-{max_seq_length}", work / f"shards-{max_seq_length}-heldout"
+    config = ShardConfig(max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions,
+                         dupe_factor=dupe_factor, holdout_fraction=holdout_fraction)
     made = make_split_shards(texts, str(train), vocab, config, str(heldout), workers=2, progress=False)
     print(f"shards: {made['totals']['instances']} training instances from {made['totals']['documents']} documents; "
           f"held out {made['heldout']['instances']} instances from {made['heldout']['documents']} documents")
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> dict:
                         help="architectures that also get the transformers peer (default: all of --configs)")
     parser.add_argument("--steps", type=int, default=600, help="optimizer steps per run")
     parser.add_argument("--batch-size", type=int, default=32, help="sequences per step")
-    parser.add_argument("--seq-len", type=int, default=128, help="shard sequence length")
+    parser.add_argument("--max-seq-length", type=int, default=128, help="shard sequence length")
     parser.add_argument("--max-predictions", type=int, default=20, help="masked positions per sequence")
     parser.add_argument("--dupe-factor", type=int, default=5, help="masking passes over the training documents")
     parser.add_argument("--holdout-fraction", type=float, default=0.1, help="documents held out for evaluation")
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    train_dir, heldout = prepare_data(args.corpus, args.vocab, work, args.seq_len, args.max_predictions,
+    train_dir, heldout = prepare_data(args.corpus, args.vocab, work, args.max_seq_length, args.max_predictions,
                                   args.dupe_factor, args.holdout_fraction)
     steps_of = {c.split(":")[0]: int(c.split(":")[1]) if ":" in c else args.steps for c in args.configs}
     peer_configs = list(steps_of) if args.peer_configs is None else args.peer_configs

@@ -5,7 +5,7 @@ interleaved step by step so machine noise hits both alike. Ours is the step `pre
 (bert_core.pretrain.step.train_step: the decoder only at the masked positions, the encoder only on
 real tokens); transformers gets the same batch as `labels` (-100 except at the masked positions)
 and `next_sentence_label`. Batches follow create_pretraining_data's length mix: 90% of sequences
-fill --seq-len, 10% are shorter (short_seq_prob), with --max-predictions masked positions each.
+fill --max-seq-length, 10% are shorter (short_seq_prob), with --max-predictions masked positions each.
 
 Reports real (non-padding) tokens per second and the ratio ours/theirs; on GPU also MFU: encoder
 matmul FLOPs (bert_core.model.modeling.encoder_flops_per_token, x3 for forward + backward) per second over
@@ -113,7 +113,7 @@ def measure(name: str, args) -> dict:
     models = {"ours": ours.to(device).train(), "transformers": theirs.to(device).train()}
     opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-5) for k, m in models.items()}
     precision = {k: Precision(args.dtype, device) for k in models}
-    batches = make_batches(args.warmup + args.steps, args.batch_size, args.seq_len, args.max_predictions,
+    batches = make_batches(args.warmup + args.steps, args.batch_size, args.max_seq_length, args.max_predictions,
                            cfg.vocab_size, seed=0)
     batches = [to_device(b, device) for b in batches]
     check_same_loss(models, batches[0], device)
@@ -144,10 +144,10 @@ def measure(name: str, args) -> dict:
     measured = batches[args.warmup:]
     tokens = sum(int(b["attention_mask"].sum()) for b in measured)
     padded = sum(b["attention_mask"].numel() for b in measured)
-    row = {"config": name, "batch_size": args.batch_size, "seq_len": args.seq_len,
+    row = {"config": name, "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,
            "max_predictions": args.max_predictions, "dtype": args.dtype,
            "padding_fraction": round(1 - tokens / padded, 3)}
-    flops_per_token = 3 * encoder_flops_per_token(cfg, args.seq_len)
+    flops_per_token = 3 * encoder_flops_per_token(cfg, args.max_seq_length)
     peak = peak_flops(args)
     for kind in models:
         tok_s = tokens / sum(times[kind])
@@ -196,7 +196,7 @@ def main() -> None:
     p.add_argument("--configs", nargs="+", default=["bert_4_256_4", "bert_6_384_12"], type=architecture_name,
                    help="architectures to measure, as zoo names bert_LAYERS_HIDDEN_HEADS (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=16, help="sequences per batch")
-    p.add_argument("--seq-len", type=int, default=128, help="max sequence length (90%% of sequences fill it)")
+    p.add_argument("--max-seq-length", type=int, default=128, help="padded sequence length (90%% of sequences fill it)")
     p.add_argument("--max-predictions", type=int, default=20, help="masked positions per sequence")
     p.add_argument("--steps", type=int, default=6, help="measured steps per model")
     p.add_argument("--warmup", type=int, default=2, help="unmeasured steps first")

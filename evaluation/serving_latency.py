@@ -85,12 +85,13 @@ def finetuned(args) -> Path:
     """Our fine-tuning of the checkpoint on the first --train-examples SST-2 training rows (cached)."""
     from bert_core.finetune.step import FinetuneConfig, finetune
 
-    out = args.work_dir / f"finetuned-sst2-{args.train_examples}-len{args.train_max_len}-seed{args.seed}"
+    out = args.work_dir / f"finetuned-sst2-{args.train_examples}-len{args.train_max_seq_length}-seed{args.seed}"
     if (out / "model" / "config.json").is_file():
         print(f"fine-tuned model: {out} (cached)")
         return out / "model"
     cfg = FinetuneConfig(task="SST-2", data_dir=str(args.data_dir), model=args.model, output=str(out),
-                         max_train_examples=args.train_examples, max_len=args.train_max_len, epochs=1,
+                         max_train_examples=args.train_examples, max_seq_length=args.train_max_seq_length,
+                         epochs=1,
                          batch_size=32, lr=5e-5, seed=args.seed, tracking=False, overwrite=True)
     t0 = time.perf_counter()
     result = finetune(cfg)
@@ -104,8 +105,8 @@ def export_ours(model_dir: Path, args) -> tuple[Path, dict]:
     out = args.work_dir / "export-ours"
     t0 = time.perf_counter()
     result = export(ExportConfig(task="classification", model=str(model_dir), output=str(out),
-                                 seq_length=args.max_len, dynamic_batch=True, dynamic_seq=True, quantize="int8",
-                                 eval_data=str(args.data_dir / "dev.tsv"), eval_task="SST-2", overwrite=True))
+                                 max_seq_length=args.max_seq_length, dynamic_batch=True, dynamic_seq=True,
+                                 quantize="int8", eval_data=str(args.data_dir / "dev.tsv"), eval_task="SST-2", overwrite=True))
     meta = json.loads((out / "export.json").read_text())
     print(f"our export in {time.perf_counter() - t0:.0f} s: fused {meta['optimization']['fused_operators']}, "
           f"parity {result['metrics']}", flush=True)
@@ -132,7 +133,7 @@ def export_torch_onnx(model_dir: Path, args) -> tuple[Path, dict]:
 
     example = (torch.ones(2, 16, dtype=torch.long), torch.zeros(2, 16, dtype=torch.long),
                torch.ones(2, 16, dtype=torch.long))
-    batch, seq = torch.export.Dim("batch", max=4096), torch.export.Dim("seq", min=2, max=args.max_len)
+    batch, seq = torch.export.Dim("batch", max=4096), torch.export.Dim("seq", min=2, max=args.max_seq_length)
     t0 = time.perf_counter()
     torch.onnx.export(Logits().eval(), example, str(out / "model.onnx"), input_names=NAMES, output_names=["logits"],
                       dynamo=True, dynamic_shapes={n: {0: batch, 1: seq} for n in NAMES}, external_data=False)
@@ -214,7 +215,8 @@ def dev_inputs(model_dir: Path, args) -> tuple[list[str], np.ndarray, list[list[
 
     examples = read_examples("sst-2", args.data_dir / "dev.tsv")[:args.sentences or None]
     tok = BertTokenizer.from_model_dir(model_dir)
-    enc = tok.encode_batch([e.text_a for e in examples], max_length=args.max_len, truncation="longest_first")
+    enc = tok.encode_batch([e.text_a for e in examples], max_length=args.max_seq_length,
+                           truncation="longest_first")
     labels = np.array([int(e.label) for e in examples])
     return [e.text_a for e in examples], labels, [e.ids for e in enc], [e.segment_ids for e in enc]
 
@@ -332,9 +334,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--work-dir", type=Path, default=Path("bench-results/serving"),
                    help="fine-tuned model (cached between runs) and the exported graphs")
     p.add_argument("--train-examples", type=int, default=8000, help="SST-2 training rows to fine-tune on (the first N)")
-    p.add_argument("--train-max-len", type=int, default=64, help="max tokens per training example")
+    p.add_argument("--train-max-seq-length", type=int, default=64, help="max tokens per training example")
     p.add_argument("--seed", type=int, default=2, help="fine-tuning seed")
-    p.add_argument("--max-len", type=int, default=128,
+    p.add_argument("--max-seq-length", type=int, default=128,
                    help="export's longest sequence and the dev sentences' truncation (no SST-2 dev sentence is longer)")
     p.add_argument("--sentences", type=int, default=0, help="dev sentences to serve (0: all 872)")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32], help="batch sizes to measure")

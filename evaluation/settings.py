@@ -17,14 +17,15 @@ class ThroughputRun:
     """One run of the throughput benchmark (evaluation.model_throughput): which architectures, how measured.
 
     configs: zoo architecture names, `bert_LAYERS_HIDDEN_HEADS` (bert_6_384_12 is MiniLM's size,
-    bert_12_768_12 BERT-base's). Real lengths in a batch are uniform in [seq_len / 4, seq_len].
+    bert_12_768_12 BERT-base's). Real lengths in a batch are uniform in
+    [max_seq_length / 4, max_seq_length].
     device None: cuda when available, else cpu. threads 0: torch's default.
     """
 
     configs: tuple[str, ...] = ("bert_6_384_12", "bert_12_768_12")
     modes: tuple[str, ...] = ("train", "infer")
     batch_size: int = 16
-    seq_len: int = 128
+    max_seq_length: int = 128
     steps: int = 6
     warmup: int = 2
     device: str | None = None

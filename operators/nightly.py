@@ -105,7 +105,8 @@ def evaluate_version(spec: dict[str, Any], work: str) -> dict[str, Any]:
 
 
 def throughput(work: str, configs: list[str] | None = None, steps: int | None = None,
-               batch_size: int | None = None, seq_len: int | None = None, threads: int = 0) -> dict[str, float]:
+               batch_size: int | None = None, max_seq_length: int | None = None, threads: int = 0
+               ) -> dict[str, float]:
     """Run the throughput benchmark (evaluation.model_throughput) in this process; None: NIGHTLY's size. The
     report goes to `work`/model_throughput.json; returns {"throughput/<config>/<mode>": ours/transformers
     tokens/s ratio}.
@@ -118,7 +119,7 @@ def throughput(work: str, configs: list[str] | None = None, steps: int | None = 
     from evaluation.model_throughput import measure_throughput
 
     given = dict(configs=tuple(configs) if configs is not None else None, steps=steps, batch_size=batch_size,
-                 seq_len=seq_len, threads=threads)
+                 max_seq_length=max_seq_length, threads=threads)
     run = dataclasses.replace(NIGHTLY.throughput, **{k: v for k, v in given.items() if v is not None})
     for name in run.configs:
         try:

@@ -44,8 +44,9 @@ def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, An
         description += "." if description and not description.endswith(".") else ""
         if meta.get("default_help") and name not in defaults:
             description += f" Empty: {meta['default_help']}."
-        elif name in defaults:
-            description += f" (Library default: {library_default}.)"
+        elif name in defaults:  # a computed library default (None) is said as its help says it
+            shown = meta["default_help"] if library_default is None and meta.get("default_help") else library_default
+            description += f" (Library default: {shown}.)"
         if notes and name in notes:
             description += f" {notes[name]}"
         schema: dict[str, Any] = {"type": [kind, "null"] if nullable else kind}

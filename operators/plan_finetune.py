@@ -48,12 +48,13 @@ def plan(params: dict[str, Any], run_id: str | None, settings: tuple[str, ...],
     model's length limits and GPU settings; an error names the param."""
     from bert_core.errors import BertPipelineError
     from bert_core.finetune import presets
+    from bert_core.finetune.config import DEPRECATED_MAX_LEN
     from bert_core.tasks import catalog as tasks
     from operators.params import check_conf_keys, renamed_params, settings_from
 
     params = renamed_params(params, RENAMED, defaults or {}, DAG_ID)
     if declared:
-        check_conf_keys(params, declared, DAG_ID)
+        check_conf_keys(params, (*declared, DEPRECATED_MAX_LEN), DAG_ID)
     work = work_dir(params, run_id, "finetune")
     model = params.get("model") or default_model_dir()
     bundled = {"sst-2": demo_data("sst2"), "squad": demo_data("squad")}
@@ -66,7 +67,8 @@ def plan(params: dict[str, Any], run_id: str | None, settings: tuple[str, ...],
     stray = sorted(set(overrides) - set(requested))
     if stray:
         raise BertPipelineError(f"overrides: {', '.join(stray)} not among the run's tasks ({', '.join(requested)})")
-    base = settings_from(params, settings)
+    # The form's deprecated `max_len` (max_seq_length of classification/NER only) is read per task by settings_for.
+    base = settings_from(params, (*settings, DEPRECATED_MAX_LEN))
     planned = []
     for name, data_dir in requested.items():
         if not data_dir and name not in bundled:
@@ -118,10 +120,8 @@ def check_task(plan: FinetuneTaskPlan) -> None:
             raise BertPipelineError(f"tasks.{task}: {config.data_dir} has no training file (looked for "
                                     f"{', '.join(candidates)})")
     limit = max_positions(config.model)
-    length = config.max_seq_length if info.kind == "squad" else config.max_len
-    name = "max_seq_length" if info.kind == "squad" else "max_len"
-    if limit is not None and length > limit:
-        raise BertPipelineError(f"{where}: {name} {length} is longer than the model's {limit} positions "
-                                f"(max_position_embeddings of {config.model})")
+    if limit is not None and config.max_seq_length > limit:
+        raise BertPipelineError(f"{where}: max_seq_length {config.max_seq_length} is longer than the model's {limit} "
+                                f"positions (max_position_embeddings of {config.model})")
     if config.use_gpu:
         check_gpu(where)

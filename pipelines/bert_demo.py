@@ -26,9 +26,9 @@ from operators.plan_demo import FINETUNE, PRETRAIN, SQUAD, DemoPlan, DemoValues
 DEMO = DemoValues(
     shards={"max_seq_length": 64, "max_predictions_per_seq": 10, "dupe_factor": 2, "holdout_fraction": 0.1},
     pretrain={"model": "bert_2_64_2", "num_workers": 2, "num_steps": 300, "batch_size": 32, "ckpt_interval": 0},
-    finetune={"epochs": 2, "lr": 1e-4, "num_workers": 1, "batch_size": 16, "max_len": 32, "max_seq_length": 64,
-              "doc_stride": 32, "max_query_length": 16},
-    squad={"epochs": 2},
+    finetune={"epochs": 2, "lr": 1e-4, "num_workers": 1, "batch_size": 16, "max_seq_length": 32, "doc_stride": 32,
+              "max_query_length": 16},
+    squad={"epochs": 2, "max_seq_length": 64},
 )
 
 PARAMS = {
@@ -46,7 +46,8 @@ PARAMS = {
                     notes={"num_steps": "300 reach a held-out masked-LM accuracy well above chance (see the "
                                         "README)."}),
     **config_params(FinetuneConfig, tuple(DEMO.finetune), DEMO.finetune, prefix=FINETUNE,
-                    label="Fine-tuning (SST-2 and SQuAD)"),
+                    label="Fine-tuning (SST-2 and SQuAD)",
+                    notes={"max_seq_length": f"SQuAD's own: {SQUAD}max_seq_length."}),
     **config_params(FinetuneConfig, tuple(DEMO.squad), DEMO.squad, prefix=SQUAD, label="Fine-tuning SQuAD"),
 }
 

@@ -19,10 +19,10 @@ from operators.plan_finetune import FinetuneTaskPlan
 
 # The fine-tuning settings are Params generated from FinetuneConfig's fields (same defaults, choices and help
 # as `bert-pipeline finetune`); the DAG's own defaults, sized for the bundled demo data, are these.
-FINETUNE_SETTINGS = ("epochs", "lr", "batch_size", "max_len", "optimizer", "warmup_ratio", "weight_decay",
-                     "adam_eps", "accumulate", "dtype", "seed", "max_seq_length", "doc_stride", "max_query_length",
-                     "n_best_size", "max_answer_length", "version_2", "null_score_diff_threshold", "language",
-                     "num_workers", "use_gpu")
+FINETUNE_SETTINGS = ("epochs", "lr", "batch_size", "max_seq_length", "optimizer", "warmup_ratio", "weight_decay",
+                     "adam_eps", "accumulate", "dtype", "seed", "doc_stride", "max_query_length", "n_best_size",
+                     "max_answer_length", "version_2", "null_score_diff_threshold", "language", "num_workers",
+                     "use_gpu")
 DAG_DEFAULTS = {"epochs": 2, "lr": 1e-4, "batch_size": 16}
 
 PARAMS = {
@@ -35,8 +35,8 @@ PARAMS = {
                       "$BERT_PIPELINE_HOME/finetune/<run id>."),
     "preset": Param(presets.NONE, type="string", enum=list(presets.names()),
                     description="Named per-task settings: gluonnlp (GluonNLP's BERT-base fine-tuning commands: "
-                                "MRPC 32/3 lr 2e-5, SST-2 16/4, MNLI max_len 80 eps 1e-8, SQuAD Adam 12/2 lr 3e-5 "
-                                "...) or bert-paper (Devlin et al.: batch 32, 3 epochs, lr searched in "
+                                "MRPC 32/3 lr 2e-5, SST-2 16/4, MNLI max_seq_length 80 eps 1e-8, SQuAD Adam 12/2 "
+                                "lr 3e-5 ...) or bert-paper (Devlin et al.: batch 32, 3 epochs, lr searched in "
                                 "{5e-5,4e-5,3e-5,2e-5}); their values replace the settings below for the tasks they "
                                 "name. none: the settings below. (`recipe`, its former name, is still accepted "
                                 "in a conf, with a warning.)"),
@@ -52,7 +52,9 @@ PARAMS = {
     "max_concurrent_trials": Param(0, type="integer", minimum=0,
                                    description="At most this many search trials at once; 0: as many as the Ray "
                                                "cluster's CPUs (GPUs with use_gpu) allow."),
-    **config_params(FinetuneConfig, FINETUNE_SETTINGS, DAG_DEFAULTS),
+    **config_params(FinetuneConfig, FINETUNE_SETTINGS, DAG_DEFAULTS,
+                    notes={"max_seq_length": "(`max_len`, its former name for classification and NER, is still "
+                                             "accepted in a conf, with a warning.)"}),
 }
 
 

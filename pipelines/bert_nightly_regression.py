@@ -13,6 +13,7 @@ from airflow.sdk import Param, dag
 from evaluation.settings import NIGHTLY
 from operators import locations, nightly
 from operators.airflow_tasks import bert_task
+from operators.params import renamed_params
 
 PARAMS = {
     "models": Param([], type="array", description="Registered models to benchmark (e.g. bert-sst-2); empty: every "
@@ -32,9 +33,12 @@ PARAMS = {
                               description="Measured steps per model and mode."),
     "throughput_batch_size": Param(NIGHTLY.throughput.batch_size, type="integer", minimum=1,
                                    description="Sequences per benchmark batch."),
-    "throughput_seq_len": Param(NIGHTLY.throughput.seq_len, type="integer", minimum=8,
-                                description="Padded benchmark sequence length."),
+    "throughput_max_seq_length": Param(NIGHTLY.throughput.max_seq_length, type="integer", minimum=8,
+                                       description="Padded benchmark sequence length (`throughput_seq_len`, its "
+                                                   "former name, is still accepted in a conf, with a warning)."),
 }
+# Conf keys the form shipped under another name: still accepted, with a warning.
+RENAMED = {"throughput_seq_len": "throughput_max_seq_length"}
 
 
 @dag(dag_id="bert_nightly_regression", schedule="@daily", start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
@@ -54,10 +58,12 @@ def bert_nightly_regression():
 
     @bert_task
     def throughput(work_dir: str, params=None) -> dict:
+        params = renamed_params(params, RENAMED, {name: param.value for name, param in PARAMS.items()},
+                                "bert_nightly_regression")
         if not params["throughput_configs"]:
             return {}
         return nightly.throughput(work_dir, list(params["throughput_configs"]), params["throughput_steps"],
-                                  params["throughput_batch_size"], params["throughput_seq_len"])
+                                  params["throughput_batch_size"], params["throughput_max_seq_length"])
 
     # none_failed: a registry with no benchmarked model maps `evaluate` to nothing (skipped); the night still
     # reports the throughput comparison.

@@ -20,13 +20,13 @@ def _progression(start: int, step: int, count: int, span: int) -> list[int]:
     return [NUM_SPECIAL + (start + j * step) % span for j in range(count)]
 
 
-def make_arrays(n: int, seq_len: int = 32, max_pred: int = 5, vocab_size: int = 40, seed: int = 0,
+def make_arrays(n: int, max_seq_length: int = 32, max_pred: int = 5, vocab_size: int = 40, seed: int = 0,
                 min_len: int = 8, random_next_prob: float = 0.5) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     span = vocab_size - NUM_SPECIAL
     out = {
-        "input_ids": np.zeros((n, seq_len), np.int32),
-        "segment_ids": np.zeros((n, seq_len), np.int8),
+        "input_ids": np.zeros((n, max_seq_length), np.int32),
+        "segment_ids": np.zeros((n, max_seq_length), np.int8),
         "valid_lengths": np.zeros(n, np.int32),
         "masked_lm_positions": np.zeros((n, max_pred), np.int32),
         "masked_lm_ids": np.zeros((n, max_pred), np.int32),
@@ -34,7 +34,7 @@ def make_arrays(n: int, seq_len: int = 32, max_pred: int = 5, vocab_size: int = 
         "next_sentence_labels": np.zeros(n, np.int8),
     }
     for i in range(n):
-        total = int(rng.integers(min_len, seq_len + 1))
+        total = int(rng.integers(min_len, max_seq_length + 1))
         body = total - 3
         len_a = int(rng.integers(2, body - 1))
         len_b = body - len_a
@@ -82,11 +82,11 @@ def write_shards(directory: Path, num_shards: int = 2, per_shard: int = 32, seed
 
 
 def tiny_model_config(path: Path, vocab_size: int = 40, hidden: int = 32, layers: int = 2, heads: int = 2,
-                      dropout: float = 0.0, max_len: int = 64) -> Path:
+                      dropout: float = 0.0, max_positions: int = 64) -> Path:
     """A CONFIG_JSON for --model: a very small BERT, dropout off unless asked."""
     path.write_text(json.dumps({
         "vocab_size": vocab_size, "hidden_size": hidden, "num_hidden_layers": layers,
-        "num_attention_heads": heads, "intermediate_size": 4 * hidden, "max_position_embeddings": max_len,
+        "num_attention_heads": heads, "intermediate_size": 4 * hidden, "max_position_embeddings": max_positions,
         "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout,
     }))
     return path

@@ -25,7 +25,8 @@ from tests.tiny_bert import write_tiny_bert
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = dict(epochs=2, batch_size=16, lr=1e-3, max_len=32, max_seq_length=64, doc_stride=16, tracking=True)
+SETTINGS = dict(epochs=2, batch_size=16, lr=1e-3, max_seq_length=32, doc_stride=16, tracking=True)
+SQUAD_SETTINGS = {**SETTINGS, "max_seq_length": 64}
 
 
 def _post(url: str, body: dict) -> tuple[int, dict]:
@@ -98,14 +99,15 @@ def test_champions_serve_raw_text_over_http(tmp_path, monkeypatch):
             "squad": toy_tasks.write_squad(tmp_path / "squad-data", n_train=16, n_dev=6)}
     reports = {}
     for task, data_dir in data.items():
-        trained = ops.finetune(task, str(data_dir), str(tiny), str(tmp_path / f"ft-{task}"), SETTINGS)
+        trained = ops.finetune(task, str(data_dir), str(tiny), str(tmp_path / f"ft-{task}"),
+                               SQUAD_SETTINGS if task == "squad" else SETTINGS)
         reports[task] = ops.register_and_promote(trained, str(tmp_path / "reports"), floors={})
         # Promotion loaded the registered pyfunc and it answered the scored dev examples as scored.
         assert reports[task]["promoted"], reports[task]["reasons"]
         assert reports[task]["serving_check"] == {"examples": 8, "problems": []}
 
     sentences = [{"text": "the concert was wonderful ."}, {"text": "the hotel was dreadful ."},
-                 {"text": " ".join(["the meal was lovely ."] * 2500)}]  # 10,000 words: cut to max_len tokens
+                 {"text": " ".join(["the meal was lovely ."] * 2500)}]  # 10,000 words: cut to max_seq_length tokens
     with _Server("models:/bert-sst-2@champion", env, tmp_path / "serve-sst2.log") as server:
         status, body = _post(f"{server.url}/invocations", {"dataframe_records": sentences})
         assert status == 200, body

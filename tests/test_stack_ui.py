@@ -375,7 +375,7 @@ def test_dags_run_their_new_params_through_the_rest_api(local_stack):
     run_id = _trigger(api, "bert_finetune", {
         "tasks": {"sst-2": "", "squad": ""}, "model": str(work / "pretrained" / "phase2"), "preset": "gluonnlp",
         "search": {"lr": [1e-4, 1e-3]}, "work_dir": str(ft),
-        "overrides": {"sst-2": {"epochs": 1, "max_len": 32},
+        "overrides": {"sst-2": {"epochs": 1, "max_seq_length": 32},
                       "squad": {"epochs": 1, "batch_size": 8, "max_seq_length": 64, "doc_stride": 32}}})
     run = _wait_for_run(api, "bert_finetune", run_id, timeout=RUN_TIMEOUT_S)
     assert run["state"] == "success", _failed_tasks(api, "bert_finetune", run_id)

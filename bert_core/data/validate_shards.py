@@ -64,10 +64,10 @@ class ValidationConfig:
 # --------------------------------------------------------------------------------------------
 
 
-def arrays_frame(name: str, arrays: dict[str, np.ndarray], seq_length: int, predictions: int):
+def arrays_frame(name: str, arrays: dict[str, np.ndarray], max_seq_length: int, predictions: int):
     import pandas as pd
 
-    dims = {"N": None, "T": seq_length, "P": predictions}
+    dims = {"N": None, "T": max_seq_length, "P": predictions}
     rows = []
     for key in sorted(set(arrays) | set(shards.KEYS)):
         expected = shards.SCHEMA.get(key)

@@ -30,7 +30,7 @@ def predict_file(model: ExportedModel, data: str | Path, output: str | Path, tas
     if not vocab.is_file():
         raise BertPipelineError(f"{model.directory}: the export has no vocab.txt (exported without a model?)")
     tokenizer = BertTokenizer(vocab, do_lower_case=meta.get("do_lower_case") is not False)
-    seq = meta["seq_length"]
+    seq = meta["max_seq_length"]
     if meta["task"] == "question_answering":
         from bert_core.finetune.tasks.squad import make_features, postprocess
         from bert_core.tasks.squad import read_squad

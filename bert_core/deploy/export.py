@@ -7,9 +7,9 @@ are dynamic, input and output names and shapes, labels, tokenizer casing, the fu
 `attention_mask` of shape [batch, seq]; outputs are `logits` ([batch, labels] for classification and
 regression, [batch, seq, labels] for token classification) or `start_logits` + `end_logits`
 ([batch, seq], question answering). The batch axis is static (--batch-size) or dynamic
-(--dynamic-batch); the sequence axis is static (--seq-length) or, with --dynamic-seq, any length up to
---seq-length. `bert_core.deploy.runtime.ExportedModel` runs the graph on any number of rows of any length up to
---seq-length either way.
+(--dynamic-batch); the sequence axis is static (--max-seq-length) or, with --dynamic-seq, any length up to
+--max-seq-length. `bert_core.deploy.runtime.ExportedModel` runs the graph on any number of rows of any length
+up to --max-seq-length either way.
 
 ONNX exports are optimised for ONNX Runtime by default (`onnx_optimize`): the model is traced in the
 dense form ONNX Runtime's transformer optimizer fuses (one Attention kernel per layer, residual +
@@ -63,11 +63,12 @@ class ExportConfig:
                        "or token classification (NER: logits per token)", choices=TASKS)
     model: str | None = option(None, "fine-tuned model directory, s3:// URI or zoo name", metavar="DIR")
     output: str = option(help="export directory to create", metavar="DIR_OR_URI")
-    seq_length: int = option(128, "static sequence length (with --dynamic-seq: the longest accepted)")
+    max_seq_length: int = option(128, "static sequence length (with --dynamic-seq: the longest accepted)",
+                                 deprecated=("--seq-length",))
     batch_size: int = option(1, "static batch size", exclusive="batch")
     dynamic_batch: bool = option(False, "leave the batch dimension dynamic", exclusive="batch")
     dynamic_seq: bool = option(False, "leave the sequence dimension dynamic: the graph runs each batch at its own "
-                               "length (up to --seq-length) instead of padded to --seq-length")
+                               "length (up to --max-seq-length) instead of padded to --max-seq-length")
     format: str = option("onnx", "onnx (ONNX Runtime) or pt2 (torch.export program; torch only)",
                          choices=("onnx", "pt2"))
     optimize: bool = option(True, "onnx: do not fuse the graph with ONNX Runtime's transformer optimizer "
@@ -163,15 +164,15 @@ def export(cfg: ExportConfig) -> dict:
     eval_task = _check_eval_data(cfg)
     started = manifest.now()
     model = _load_model(cfg).eval()
-    if not 2 <= cfg.seq_length <= model.config.max_position_embeddings:
-        raise BertPipelineError(f"--seq-length must be in [2, {model.config.max_position_embeddings}]")
+    if not 2 <= cfg.max_seq_length <= model.config.max_position_embeddings:
+        raise BertPipelineError(f"--max-seq-length must be in [2, {model.config.max_position_embeddings}]")
     if eval_task is not None:
         _check_labels(eval_task, _labels(model))
     model.bert.static_graph = True
     graph = _Graph(model, cfg.task).eval()  # the reference outputs, and the graph traced without --optimize
     optimized = cfg.optimize and cfg.format == "onnx"
     batch = max(cfg.batch_size, 2) if cfg.dynamic_batch else cfg.batch_size
-    example = _example_inputs(batch, cfg.seq_length, model.config.vocab_size)
+    example = _example_inputs(batch, cfg.max_seq_length, model.config.vocab_size)
     inputs = {} if cfg.eval_data is None else {cfg.eval_data: manifest.sha256_file(cfg.eval_data)}
     with storage.atomic_output_dir(cfg.output, overwrite=cfg.overwrite) as tmp:
         if optimized:
@@ -192,9 +193,9 @@ def export(cfg: ExportConfig) -> dict:
         if vocab:
             shutil.copyfile(vocab, tmp / "vocab.txt")
             files.append("vocab.txt")
-        seq_axis = "seq" if cfg.dynamic_seq else cfg.seq_length
+        seq_axis = "seq" if cfg.dynamic_seq else cfg.max_seq_length
         meta = {
-            "task": cfg.task, "format": cfg.format, "seq_length": cfg.seq_length,
+            "task": cfg.task, "format": cfg.format, "max_seq_length": cfg.max_seq_length,
             "batch_size": "dynamic" if cfg.dynamic_batch else cfg.batch_size,
             "dynamic_seq": cfg.dynamic_seq,
             "inputs": {name: {"dtype": "int64", "shape": ["batch", seq_axis]} for name in INPUT_NAMES},
@@ -289,9 +290,9 @@ def _write_graph(graph: torch.nn.Module, example, cfg: ExportConfig, out: Path, 
     if cfg.dynamic_batch:
         axes[0] = torch.export.Dim("batch", min=1, max=4096)
     if cfg.dynamic_seq:
-        # Traced at --seq-length, so nothing is specialised to a shorter length; torch.export needs a
+        # Traced at --max-seq-length, so nothing is specialised to a shorter length; torch.export needs a
         # minimum of 2 (a length-1 dimension is specialised), a [CLS] ... [SEP] input has at least 2 tokens.
-        axes[1] = torch.export.Dim("seq", min=2, max=cfg.seq_length)
+        axes[1] = torch.export.Dim("seq", min=2, max=cfg.max_seq_length)
     dynamic = {input_name: dict(axes) for input_name in INPUT_NAMES} if axes else None
     if cfg.format == "pt2":
         program = torch.export.export(graph, example, dynamic_shapes=dynamic)
@@ -336,7 +337,7 @@ def _parity(graph: torch.nn.Module, out: Path, meta: dict, vocab: int) -> dict[s
     otherwise), for the fp32 graph and the INT8 one, through `ExportedModel.run` as callers use it.
     Per-token outputs are compared where the mask attends (what `run` computes for every export)."""
     batch = 3 if meta["batch_size"] == "dynamic" else meta["batch_size"]
-    full = meta["seq_length"]
+    full = meta["max_seq_length"]
     g = torch.Generator().manual_seed(1)
     cases = []
     for length in sorted({full, max(2, full // 2 + 1)}, reverse=True):

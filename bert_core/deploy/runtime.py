@@ -82,6 +82,19 @@ def session_options(threads: int | None = None, spin: bool = True):
     return options
 
 
+# export.json's `max_seq_length` was `seq_length` in exports made before 2026-11 (registered models have them).
+_DEPRECATED_SEQ_LENGTH = "seq_length"
+
+
+def _renamed_meta(meta: dict) -> dict:
+    """export.json with the length under its current name."""
+    if _DEPRECATED_SEQ_LENGTH not in meta:
+        return meta
+    meta = dict(meta)
+    meta.setdefault("max_seq_length", meta.pop(_DEPRECATED_SEQ_LENGTH))
+    return meta
+
+
 class ExportedModel:
     """Runs an export directory's graph: ONNX Runtime for .onnx, torch for .pt2."""
 
@@ -107,7 +120,7 @@ class ExportedModel:
                 meta = json.loads((self.directory / "export.json").read_text())
             except FileNotFoundError:
                 raise BertPipelineError(f"{directory}: not an export directory (no export.json)") from None
-        self.meta = meta
+        self.meta = _renamed_meta(meta)
         self._sessions: dict[tuple[bool, bool], object] = {}
         self._lock = threading.Lock()
 
@@ -135,7 +148,7 @@ class ExportedModel:
     def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray, attention_mask: np.ndarray,
             quantized: bool = False, group_by_length: bool = True) -> list[np.ndarray]:
         """The graph's outputs (export.json's `outputs`, in order) for [batch, seq] inputs: any number of
-        rows (split/padded to a static batch size as needed) of any length up to the export's seq_length
+        rows (split/padded to a static batch size as needed) of any length up to the export's max_seq_length
         (a --dynamic-seq graph runs at that length; a static one gets padding columns, mask 0, and its
         per-token outputs are cut back to the length given).
 
@@ -148,10 +161,10 @@ class ExportedModel:
             raise BertPipelineError("input_ids, token_type_ids and attention_mask must be [batch, seq] arrays of one "
                                     f"shape, got {[a.shape for a in arrays]}")
         n, length = arrays[0].shape
-        limit = self.meta["seq_length"]
+        limit = self.meta["max_seq_length"]
         if length > limit:
-            raise BertPipelineError(f"sequence length {length} is over this export's seq_length {limit}: truncate "
-                                    "the input or export with a larger --seq-length")
+            raise BertPipelineError(f"sequence length {length} is over this export's max_seq_length {limit}: "
+                                    "truncate the input or export with a larger --max-seq-length")
         per_token = self.meta["task"] in PER_TOKEN_TASKS
         if group_by_length and n and self.meta["batch_size"] == "dynamic" and self.meta.get("dynamic_seq"):
             return self._run_grouped(arrays, quantized, per_token)

@@ -16,10 +16,11 @@ Requests are records (dicts); the fields per task kind:
 | ner | text | entities [{type, text, start, end}] |
 | embedding (pretrained) | text | embedding (mean of the token vectors, windows for long text) |
 
-Long input: classification, regression and NER keep the first `max_len` tokens of the example (pairs cut
-longest first, as in training; NER words past the cut are tagged O); a SQuAD context of any length is
-read in doc-stride windows; embeddings window long text. Over `MAX_CHARS` characters in one field, or
-an empty or missing field, is an `InvalidRequest` naming the row and field.
+Long input: classification, regression and NER keep the first `max_seq_length` tokens of the example
+(pairs cut longest first, as in training; NER words past the cut are tagged O); a SQuAD context of any
+length is read in doc-stride windows of `max_seq_length` tokens; embeddings window long text. Over
+`MAX_CHARS` characters in one field, or an empty or missing field, is an `InvalidRequest` naming the row
+and field.
 """
 
 from __future__ import annotations
@@ -207,8 +208,8 @@ class TaskPredictor:
         pairs = [_text(r, "text_pair", i, required=self.pair) for i, r in enumerate(records)]
         if not self.pair and any(p is not None for p in pairs):
             raise InvalidRequest(f"this {self.card.task} model reads one text per example: remove 'text_pair'")
-        encodings = self.tokenizer.encode_batch(texts, pairs if self.pair else None, max_length=self.card.max_len,
-                                                truncation="longest_first")
+        encodings = self.tokenizer.encode_batch(texts, pairs if self.pair else None,
+                                                max_length=self.card.max_seq_length, truncation="longest_first")
         results = self._run([e.ids for e in encodings], [e.segment_ids for e in encodings])
         if self.kind == "regression":
             return [outputs.regression(r["logits"]) for r in results]
@@ -218,7 +219,7 @@ class TaskPredictor:
         texts = [_text(r, "text", i) for i, r in enumerate(records)]
         spans = [outputs.word_spans(t) for t in texts]
         arrays, _, word_token = features.encode_words(self.tokenizer, texts, [[a for a, _ in s] for s in spans],
-                                                      self.card.max_len)
+                                                      self.card.max_seq_length)
         lengths = arrays["attention_mask"].sum(1)
         results = self._run([row[:n] for row, n in zip(arrays["input_ids"], lengths)],
                             [row[:n] for row, n in zip(arrays["token_type_ids"], lengths)])

@@ -8,11 +8,14 @@ Importable without torch.
 from __future__ import annotations
 
 import dataclasses
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from bert_core.errors import BertPipelineError
 from bert_core.options import option, option_like
+from bert_core.tasks import catalog
 from bert_core.train.config import (
     OPTIMIZATION,
     RAY,
@@ -22,8 +25,18 @@ from bert_core.train.config import (
     TrackingConfig,
 )
 
+log = logging.getLogger(__name__)
+
 TASK = "task and data"
 SQUAD = "SQuAD"
+
+# max_seq_length's defaults (Google's run_classifier.py and run_squad.py): one example of a classification,
+# regression or NER task; one window of a SQuAD context.
+MAX_SEQ_LENGTH = 128
+SQUAD_MAX_SEQ_LENGTH = 384
+# max_seq_length's name for classification/regression/NER before one name meant every task kind (2026-11): a
+# conf, a task card or a manifest that names it still works (renamed_settings), and so does --max-len.
+DEPRECATED_MAX_LEN = "max_len"
 
 # Fields that change how the step runs, not what it computes: left out of the idempotence check.
 _RUN_FIELDS = ("output", "overwrite", "tracking", "tracking_uri", "device", "storage")
@@ -76,17 +89,24 @@ class FinetuneConfig(TrackingConfig, RayTrainConfig, SquadOptions, OptimizerConf
     optimizer: str | None = option_like(OptimizerConfig, "optimizer", "adamw")
     lr: float | None = option_like(OptimizerConfig, "lr", 2e-5)
     warmup_ratio: float | None = option_like(OptimizerConfig, "warmup_ratio", 0.1)
-    max_len: int = option(128, "max tokens per example, classification/NER", group=OPTIMIZATION)
+    # One length for every task kind, as Google's run_classifier.py / run_squad.py call it; its default depends on
+    # the kind (default_max_seq_length), resolved in __post_init__. `max_len` was the classification/NER one.
+    max_seq_length: int | None = option(
+        None, "tokens per input sequence: classification/regression/NER examples are cut to it (longest text "
+        "first), SQuAD contexts read in windows of it", group=OPTIMIZATION, deprecated=("--max-len",),
+        default_help=f"{MAX_SEQ_LENGTH} for classification, regression and NER, {SQUAD_MAX_SEQ_LENGTH} for SQuAD")
     seed: int = option(2, "random seed", group=OPTIMIZATION)
     eval_batch_size: int = option(64, "examples per batch when predicting", group=OPTIMIZATION)
-
-    max_seq_length: int = option(384, "window length in tokens", group=SQUAD)
 
     device: str | None = option(None, "torch device of an in-process run", group=RAY,
                                 default_help="cuda when available, else cpu")
 
+    def __post_init__(self) -> None:
+        if self.max_seq_length is None:
+            self.max_seq_length = default_max_seq_length(catalog.get(self.task).kind)
+
     def validate(self) -> None:
-        for name in ("batch_size", "epochs", "max_len", "eval_batch_size", "max_seq_length", "doc_stride",
+        for name in ("batch_size", "epochs", "max_seq_length", "eval_batch_size", "doc_stride",
                      "max_query_length", "n_best_size", "max_answer_length"):
             if getattr(self, name) < 1:
                 raise BertPipelineError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -97,3 +117,28 @@ class FinetuneConfig(TrackingConfig, RayTrainConfig, SquadOptions, OptimizerConf
 
     def result_config(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in _RUN_FIELDS}
+
+
+def default_max_seq_length(kind: str) -> int:
+    """max_seq_length when none is given, for a task of `kind` (bert_core.tasks.catalog)."""
+    return SQUAD_MAX_SEQ_LENGTH if kind == "squad" else MAX_SEQ_LENGTH
+
+
+def renamed_settings(settings: Mapping[str, Any], kind: str, where: str) -> dict[str, Any]:
+    """Fine-tuning `settings` for a task of `kind` with the deprecated `max_len` read as `max_seq_length`, as it
+    was meant: `max_len` was the length of a classification, regression or NER example, where the SQuAD window
+    length `max_seq_length` did not apply (so `max_len` wins there), and a SQuAD run ignored it (dropped). For
+    settings written before the rename: a DAG conf, a task card, a finetune manifest; `where` names it in the
+    warning."""
+    settings = dict(settings)
+    if DEPRECATED_MAX_LEN not in settings:
+        return settings
+    value = settings.pop(DEPRECATED_MAX_LEN)
+    if kind == "squad":
+        log.warning("%s: %r is deprecated and never applied to SQuAD (its length is max_seq_length): ignored",
+                    where, DEPRECATED_MAX_LEN)
+    else:
+        log.warning("%s: %r is deprecated (read as max_seq_length %s); write 'max_seq_length'", where,
+                    DEPRECATED_MAX_LEN, value)
+        settings["max_seq_length"] = value
+    return settings

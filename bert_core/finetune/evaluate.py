@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from bert_core.errors import BertPipelineError
-from bert_core.finetune.config import FinetuneConfig
+from bert_core.finetune.config import DEPRECATED_MAX_LEN, FinetuneConfig, renamed_settings
 from bert_core.finetune.step import evaluate_sets
 from bert_core.finetune.tasks.adapters import ADAPTERS
 from bert_core.io import storage
@@ -25,8 +25,8 @@ from bert_core.tasks import catalog
 from bert_core.train.precision import Precision
 
 # The settings that decide how dev examples become features; the rest of a fine-tuning config does not matter here.
-FEATURE_FIELDS = ("max_len", "max_seq_length", "doc_stride", "max_query_length", "n_best_size", "max_answer_length",
-                  "version_2", "null_score_diff_threshold", "language", "eval_batch_size")
+FEATURE_FIELDS = ("max_seq_length", "doc_stride", "max_query_length", "n_best_size", "max_answer_length", "version_2",
+                  "null_score_diff_threshold", "language", "eval_batch_size")
 
 
 def evaluate_model(model_dir: str | Path, task: str, data_dir: str,
@@ -34,7 +34,7 @@ def evaluate_model(model_dir: str | Path, task: str, data_dir: str,
                    device: str | None = None) -> dict[str, float]:
     """Dev metrics of `model_dir` (a fine-tuned model directory) on `task`'s dev file(s) in `data_dir`.
 
-    `settings` are fine-tuning config fields (e.g. the model's own `max_len`, from its finetune manifest);
+    `settings` are fine-tuning config fields (e.g. the model's own `max_seq_length`, from its finetune manifest);
     unknown keys are an error. Prediction files go to `out_dir` when given (kept), else a temp dir.
     """
     info = catalog.get(task)
@@ -61,7 +61,10 @@ def evaluate_model(model_dir: str | Path, task: str, data_dir: str,
 
 
 def settings_from_manifest(finetune_manifest: dict[str, Any]) -> dict[str, Any]:
-    """The feature settings a model was fine-tuned with, from its finetune manifest's config."""
+    """The feature settings a model was fine-tuned with, from its finetune manifest's config (a manifest
+    written before max_seq_length meant every task kind has `max_len`: read as it was meant)."""
     config = finetune_manifest.get("config", {})
+    if DEPRECATED_MAX_LEN in config:
+        config = renamed_settings(config, catalog.get(config["task"]).kind, "finetune manifest")
     known = {f.name for f in dataclasses.fields(FinetuneConfig)}
     return {k: config[k] for k in FEATURE_FIELDS if k in config and k in known}

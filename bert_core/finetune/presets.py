@@ -7,12 +7,13 @@ caller's per-task overrides (`settings_for`). ("Preset", not "recipe": the pretr
 of bert_core/pretrain/recipe.py.)
 
 - `gluonnlp`: the commands of GluonNLP's BERT fine-tuning scripts (scripts/bert: finetune_classifier.py,
-  finetune_squad.py) for BERT-base: their defaults (BERTAdam, lr 5e-5, batch 32, 3 epochs, max_len 128,
-  epsilon 1e-6, warmup 0.1) and per-task commands: MRPC and RTE batch 32 / 3 epochs / lr 2e-5; SST-2
-  batch 16 / 4 epochs / lr 2e-5; MNLI max_len 80 and epsilon 1e-8; XNLI batch 32 / 3 epochs / lr 2e-5;
-  SQuAD 1.1 Adam, batch 12, lr 3e-5, 2 epochs; SQuAD 2.0 the same with null-score threshold -2.0.
-- `bert-paper`: Devlin et al. (2019), appendix A.3 and section 4: batch 32, 3 epochs, max_len 128, BERT's
-  Adam with warmup over 10% of the steps, the learning rate picked on dev among {5e-5, 4e-5, 3e-5, 2e-5};
+  finetune_squad.py) for BERT-base: their defaults (BERTAdam, lr 5e-5, batch 32, 3 epochs, max_seq_length
+  128 (their max_len), epsilon 1e-6, warmup 0.1) and per-task commands: MRPC and RTE batch 32 / 3 epochs /
+  lr 2e-5; SST-2 batch 16 / 4 epochs / lr 2e-5; MNLI max_seq_length 80 and epsilon 1e-8; XNLI batch 32 /
+  3 epochs / lr 2e-5; SQuAD 1.1 Adam, batch 12, lr 3e-5, 2 epochs, max_seq_length 384; SQuAD 2.0 the same
+  with null-score threshold -2.0.
+- `bert-paper`: Devlin et al. (2019), appendix A.3 and section 4: batch 32, 3 epochs, max_seq_length 128
+  (SQuAD 384), BERT's Adam with warmup over 10% of the steps, the learning rate picked on dev among {5e-5, 4e-5, 3e-5, 2e-5};
   SQuAD 1.1 3 epochs / lr 5e-5 / batch 32; SQuAD 2.0 2 epochs / lr 5e-5 / batch 48. Small data sets vary
   by several points between random restarts, so the search also tries 3 seeds for RTE, MRPC, CoLA and
   STS-B (the paper: "several random restarts"; three is our choice). Without a search, GLUE tasks take
@@ -57,20 +58,20 @@ _SEEDS = [1, 2, 3]
 PRESETS: dict[str, FinetunePreset] = {
     "gluonnlp": FinetunePreset(
         "gluonnlp", "GluonNLP scripts/bert (finetune_classifier.py, finetune_squad.py), BERT-base commands",
-        common={"optimizer": "bertadam", "lr": 5e-5, "batch_size": 32, "epochs": 3, "max_len": 128,
+        common={"optimizer": "bertadam", "lr": 5e-5, "batch_size": 32, "epochs": 3, "max_seq_length": 128,
                 "adam_eps": 1e-6, "warmup_ratio": 0.1},
         per_task={
             "mrpc": {"batch_size": 32, "epochs": 3, "lr": 2e-5},
             "rte": {"batch_size": 32, "epochs": 3, "lr": 2e-5},
             "sst-2": {"batch_size": 16, "epochs": 4, "lr": 2e-5},
-            "mnli": {"max_len": 80, "adam_eps": 1e-8},
+            "mnli": {"max_seq_length": 80, "adam_eps": 1e-8},
             "xnli": {"batch_size": 32, "epochs": 3, "lr": 2e-5},
             "squad": {"optimizer": "adamw", "batch_size": 12, "lr": 3e-5, "epochs": 2, "max_seq_length": 384,
                       "doc_stride": 128},
         }),
     "bert-paper": FinetunePreset(
         "bert-paper", "Devlin et al., BERT (NAACL 2019), section 4 and appendix A.3",
-        common={"optimizer": "bertadam", "lr": 2e-5, "batch_size": 32, "epochs": 3, "max_len": 128,
+        common={"optimizer": "bertadam", "lr": 2e-5, "batch_size": 32, "epochs": 3, "max_seq_length": 128,
                 "warmup_ratio": 0.1, "weight_decay": 0.01},
         per_task={"squad": {"lr": 5e-5, "batch_size": 32, "epochs": 3, "max_seq_length": 384, "doc_stride": 128}},
         search={"lr": [5e-5, 4e-5, 3e-5, 2e-5]},
@@ -102,14 +103,17 @@ def _squad_v2(preset: FinetunePreset | None, version_2: bool) -> dict[str, Any]:
 def settings_for(task: str, base: dict[str, Any], preset: str | None = None,
                  overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """A task's FinetuneConfig values: `base` < the preset's values for the task < `overrides[task]`.
-    Every key is checked against FinetuneConfig's fields; errors name the key and where it came from."""
-    from bert_core.finetune.config import FinetuneConfig
+    Every key is checked against FinetuneConfig's fields; errors name the key and where it came from. The
+    deprecated `max_len` in `base` or `overrides` is read as it was meant for the task (renamed_settings)."""
+    from bert_core.finetune.config import FinetuneConfig, renamed_settings
+    from bert_core.tasks import catalog
 
+    kind = catalog.get(task).kind
     chosen = get(preset)
-    settings = dict(base)
+    settings = renamed_settings(base, kind, f"settings of {task}")
     if chosen is not None:
         settings.update(chosen.settings(task))
-    task_overrides = dict((overrides or {}).get(task, {}))
+    task_overrides = renamed_settings((overrides or {}).get(task, {}), kind, f"overrides.{task}")
     if task == "squad":
         settings.update(_squad_v2(chosen, bool(task_overrides.get("version_2", settings.get("version_2")))))
     settings.update(task_overrides)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bert_core.errors import BertPipelineError
-from bert_core.finetune.config import SquadOptions
+from bert_core.finetune.config import SquadOptions, renamed_settings
 
 CARD = "task.json"
 CHECKS = "check_examples.json"
@@ -31,8 +31,9 @@ KINDS = ("classification", "regression", "squad", "ner")
 class TaskCard:
     task: str  # canonical task name (bert_core.tasks.catalog)
     kind: str  # classification | regression | squad | ner
-    max_len: int  # classification/NER: tokens per example (longer input is cut, longest text first)
-    max_seq_length: int  # SQuAD: window length
+    # Tokens per input sequence: a classification/regression/NER example is cut to it (longest text first), a
+    # SQuAD context read in windows of it. (Cards written before 2026-11 also have `max_len`: read_card.)
+    max_seq_length: int
     squad: dict[str, Any] = field(default_factory=dict)  # SquadOptions fields
 
     def squad_options(self) -> SquadOptions:
@@ -40,8 +41,8 @@ class TaskCard:
 
 
 def card_from_config(task: str, kind: str, cfg) -> TaskCard:
-    """The card of a FinetuneConfig-like `cfg` (it has max_len, max_seq_length and the SquadOptions fields)."""
-    return TaskCard(task=task, kind=kind, max_len=cfg.max_len, max_seq_length=cfg.max_seq_length,
+    """The card of a FinetuneConfig-like `cfg` (it has max_seq_length and the SquadOptions fields)."""
+    return TaskCard(task=task, kind=kind, max_seq_length=cfg.max_seq_length,
                     squad=asdict(SquadOptions(**{k: getattr(cfg, k) for k in SquadOptions.__dataclass_fields__})))
 
 
@@ -62,7 +63,9 @@ def read_card(model_dir: str | os.PathLike) -> TaskCard | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        card = TaskCard(**data)
+        if not isinstance(data, dict):
+            raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+        card = TaskCard(**renamed_settings(data, data.get("kind", ""), str(path)))
     except (json.JSONDecodeError, TypeError) as exc:
         raise BertPipelineError(f"{path}: not a task card written by bert-pipeline finetune ({exc})") from None
     if card.kind not in KINDS:

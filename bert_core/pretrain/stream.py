@@ -219,9 +219,9 @@ class StreamConfig:
             raise BertPipelineError(f"--num-buckets must be positive, got {self.num_buckets}")
 
 
-def bucket_keys(max_len: int, num_buckets: int) -> np.ndarray:
+def bucket_keys(max_seq_length: int, num_buckets: int) -> np.ndarray:
     """Upper length bound of each bucket: evenly spaced up to T."""
-    return np.array([math.ceil(max_len * (i + 1) / num_buckets) for i in range(num_buckets)])
+    return np.array([math.ceil(max_seq_length * (i + 1) / num_buckets) for i in range(num_buckets)])
 
 
 def global_batch_size(cfg: StreamConfig, world: int, key_len: int) -> int:
@@ -249,10 +249,10 @@ class _Planner:
             shard = int(shard)
             yield "shard", position, None
             lengths = self.shards.lengths(shard)
-            _, max_len, _ = self.shards.header(shard)
+            _, max_seq_length, _ = self.shards.header(shard)
             rng = np.random.default_rng([cfg.seed, self.epoch, shard])
             perm = rng.permutation(len(lengths))
-            keys = bucket_keys(max_len, cfg.num_buckets)
+            keys = bucket_keys(max_seq_length, cfg.num_buckets)
             bucket_of = np.searchsorted(keys, lengths[perm], side="left").clip(0, cfg.num_buckets - 1)
             batches = []
             for b in range(cfg.num_buckets):

@@ -9,11 +9,26 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 from typing import Any
 
 from bert_core.options import option_default, option_type
 
+log = logging.getLogger(__name__)
+
 _TYPES = {"int": int, "float": float, "str": str}
+
+
+class _DeprecatedName(argparse.Action):
+    """A flag's former name (option(deprecated=...)): sets the same field, with a warning naming the new flag."""
+
+    def __init__(self, *args: Any, current: str, **kwargs: Any) -> None:
+        self.current = current
+        super().__init__(*args, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        log.warning("%s is deprecated; write %s", option_string, self.current)
+        setattr(namespace, self.dest, values)
 
 
 def _help(meta: dict[str, Any], default: Any, kind: str) -> str:
@@ -62,6 +77,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type,
             continue
         names = [meta["flag"] or "--" + f.name.replace("_", "-"), *meta["aliases"]]
         if kind == "bool":
+            if meta["deprecated"]:
+                raise TypeError(f"{config_cls.__name__}.{f.name}: deprecated names are for flags taking a value")
             if meta["negate"]:
                 switch = target.add_mutually_exclusive_group() if meta["aliases"] else target
                 switch.add_argument(meta["negate"], dest=f.name, action="store_false", **kwargs)
@@ -83,6 +100,10 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type,
         else:
             kwargs["default"] = default
         target.add_argument(*names, **kwargs)
+        for old in meta["deprecated"]:  # hidden from --help; the default stays the field's (SUPPRESS: none here)
+            target.add_argument(old, dest=f.name, type=kwargs["type"], choices=kwargs.get("choices"),
+                                default=argparse.SUPPRESS, help=argparse.SUPPRESS, action=_DeprecatedName,
+                                current=names[0])
 
 
 def config_from_args(config_cls: type, args: argparse.Namespace, **overrides: Any) -> Any:

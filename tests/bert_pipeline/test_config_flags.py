@@ -94,6 +94,34 @@ def test_old_flag_names_keep_working():
         shards.parse_args(MINIMAL["make-shards"] + ["--cased", "--do-lower-case"])
 
 
+@pytest.mark.parametrize(("name", "old"), [("finetune", "--max-len"), ("export", "--seq-length")])
+def test_renamed_flags_keep_working_with_a_warning(name, old, caplog, capsys):
+    """The sequence length is --max-seq-length in every command; the shipped names still set it, with a
+    warning, and are left out of --help."""
+    command, config_cls = COMMANDS[name]
+    parser = parser_of(command)
+    with caplog.at_level("WARNING"):
+        cfg = config_from_args(config_cls, parser.parse_args(MINIMAL[name] + [old, "48"]))
+    assert cfg.max_seq_length == 48
+    assert f"{old} is deprecated; write --max-seq-length" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert config_from_args(config_cls, parser.parse_args(MINIMAL[name] + ["--max-seq-length", "40"])
+                                ).max_seq_length == 40
+    assert caplog.text == ""
+    assert config_from_args(config_cls, parser.parse_args(MINIMAL[name])) == config_cls(**REQUIRED[name])
+    with pytest.raises(SystemExit):
+        parser.parse_args(MINIMAL[name] + [old, "many"])  # the same type check as the flag's
+    parser.print_help()
+    text = capsys.readouterr().out
+    assert "--max-seq-length" in text and old not in text
+
+
+def test_finetune_help_gives_the_length_of_each_task_kind():
+    text = actions(parser_of(finetune))["--max-seq-length"].help
+    assert "(default: 128 for classification, regression and NER, 384 for SQuAD)" in text
+
+
 def test_squad_options_are_one_object_in_finetune_export_and_predict():
     """One SquadOptions: its defaults are fine-tuning's, and predict's flags are generated from it."""
     defaults = SquadOptions()

@@ -37,7 +37,7 @@ def ratio_is_consistent(row: dict, ours: str, theirs: str, ratio: str) -> None:
 
 def test_model_throughput(tmp_path):
     result = run_bench("model_throughput", "--configs", "bert_6_384_12", "--modes", "train", "infer",
-                       "--batch-size", "2", "--seq-len", "16", "--steps", "1", "--warmup", "0",
+                       "--batch-size", "2", "--max-seq-length", "16", "--steps", "1", "--warmup", "0",
                        out=tmp_path / "model.json")
     assert [(r["config"], r["mode"]) for r in result["rows"]] == [("bert_6_384_12", "train"),
                                                                   ("bert_6_384_12", "infer")]
@@ -47,7 +47,7 @@ def test_model_throughput(tmp_path):
 
 
 def test_pretrain_throughput(tmp_path):
-    result = run_bench("pretrain_throughput", "--configs", "bert_4_256_4", "--batch-size", "2", "--seq-len",
+    result = run_bench("pretrain_throughput", "--configs", "bert_4_256_4", "--batch-size", "2", "--max-seq-length",
                        "16", "--max-predictions", "3", "--steps", "1", "--warmup", "0", out=tmp_path / "pretrain.json")
     (row,) = result["rows"]
     assert row["config"] == "bert_4_256_4"
@@ -58,10 +58,10 @@ def test_embedding_throughput(tmp_path):
     # A tiny BERT: the script's work is the same, its ONNX exports take a fraction of MiniLM's time.
     model = write_tiny_bert(tmp_path / "tiny")
     result = run_bench("embedding_throughput", "--model", str(model), "--sentences", "8", "--batch-size", "4",
-                       "--max-len", "32", "--repeats", "1", out=tmp_path / "embedding.json")
+                       "--max-seq-length", "32", "--repeats", "1", out=tmp_path / "embedding.json")
     rows = {r["peer"]: r for r in result["rows"]}
     assert {"bert_core.BertEmbedding", "transformers.BertModel", "transformers.BertModel, batches in input order",
-            "bert_core ONNX export (ORT), padded to --max-len", "bert_core ONNX export (ORT), length buckets"} <= set(rows)
+            "bert_core ONNX export (ORT), padded to --max-seq-length", "bert_core ONNX export (ORT), length buckets"} <= set(rows)
     base = rows["transformers.BertModel"]
     for row in rows.values():
         assert len(row["pass_seconds"]) == 1 and row["sentences_per_s"] == pytest.approx(8 / row["pass_seconds"][0],
@@ -83,7 +83,7 @@ def test_make_shards(tmp_path):
 def test_finetune_accuracy(tmp_path):
     data = toy_tasks.write_sst2(tmp_path / "sst2")
     result = run_bench("finetune_accuracy", "--task", "SST-2", "--data-dir", str(data), "--max-train-examples",
-                       "16", "--epochs", "1", "--batch-size", "8", "--max-len", "24", "--out-md", str(tmp_path / "f.md"),
+                       "16", "--epochs", "1", "--batch-size", "8", "--max-seq-length", "24", "--out-md", str(tmp_path / "f.md"),
                        "--work-dir", str(tmp_path / "work"), out=tmp_path / "finetune.json")
     assert result["task"] == "sst-2" and result["main_metric"] == "accuracy"
     for peer in ("ours", "transformers"):
@@ -96,7 +96,7 @@ def test_finetune_accuracy_squad(tmp_path):
     model = write_tiny_bert(tmp_path / "tiny")
     result = run_bench("finetune_accuracy", "--task", "squad", "--synthetic-train-questions", "24",
                        "--synthetic-dev-questions", "8", "--model", str(model), "--epochs", "1", "--batch-size", "8",
-                       "--max-len", "64", "--doc-stride", "32", "--dropout", "0", "--same-head-init", "--lr", "1e-9",
+                       "--max-seq-length", "64", "--doc-stride", "32", "--dropout", "0", "--same-head-init", "--lr", "1e-9",
                        "--work-dir", str(tmp_path / "work"), "--out-md", str(tmp_path / "q.md"), out=tmp_path / "squad.json")
     assert result["task"] == "squad" and result["main_metric"] == "f1"
     assert result["synthetic_data"] == {"train_questions": 24, "dev_questions": 8, "seed": 0}
@@ -121,7 +121,7 @@ def test_finetune_accuracy_squad(tmp_path):
     # controls 4 of these 16 answers differ.
     controlled = run_bench("finetune_accuracy", "--task", "squad", "--synthetic-train-questions", "48",
                            "--synthetic-dev-questions", "16", "--model", str(model), "--epochs", "1", "--batch-size", "8",
-                           "--max-len", "64", "--doc-stride", "32", "--dropout", "0", "--same-head-init",
+                           "--max-seq-length", "64", "--doc-stride", "32", "--dropout", "0", "--same-head-init",
                            "--peer-masked-loss", "--ours-peer-warmup", "--lr", "1e-3", "--work-dir",
                            str(tmp_path / "controlled"), out=tmp_path / "controlled.json")
     ours = json.loads((tmp_path / "controlled" / "ours" / "predictions.json").read_text())
@@ -135,7 +135,7 @@ def test_pretrain_convergence(tmp_path):
 
     corpus = write_raw(tmp_path / "corpus.txt", documents(60, seed=4, min_sentences=3))
     result = run_bench("pretrain_convergence", "--corpus", str(corpus), "--vocab", str(VOCAB), "--work-dir",
-                       str(tmp_path / "work"), "--configs", "bert_2_64_2:4", "--seq-len", "32", "--max-predictions",
+                       str(tmp_path / "work"), "--configs", "bert_2_64_2:4", "--max-seq-length", "32", "--max-predictions",
                        "5", "--dupe-factor", "1", "--holdout-fraction", "0.3", "--eval-every", "2", "--eval-batches",
                        "2", "--batch-size", "4", "--peer-lrs", "1e-3", "--our-lr-factors", "2",
                        "--ours-step-factors", "2", out=tmp_path / "conv.json")
@@ -158,7 +158,7 @@ def test_pretrain_convergence(tmp_path):
     assert (tmp_path / "conv.png").stat().st_size > 0
     # --reuse takes finished runs from an earlier result instead of training them again.
     again = run_bench("pretrain_convergence", "--corpus", str(corpus), "--vocab", str(VOCAB), "--work-dir",
-                      str(tmp_path / "work"), "--configs", "bert_2_64_2:4", "--seq-len", "32", "--max-predictions",
+                      str(tmp_path / "work"), "--configs", "bert_2_64_2:4", "--max-seq-length", "32", "--max-predictions",
                       "5", "--dupe-factor", "1", "--holdout-fraction", "0.3", "--eval-every", "2", "--eval-batches",
                       "2", "--batch-size", "4", "--peer-lrs", "1e-3", "--reuse", str(tmp_path / "conv.json"),
                       out=tmp_path / "again.json")
@@ -178,7 +178,7 @@ def test_serving_latency(tmp_path):
     model = write_tiny_bert(tmp_path / "tiny")
     data = toy_tasks.write_sst2(tmp_path / "sst2", n_train=32, n_dev=20)
     result = run_bench("serving_latency", "--model", str(model), "--data-dir", str(data), "--work-dir",
-                       str(tmp_path / "work"), "--train-examples", "32", "--train-max-len", "32", "--max-len", "32",
+                       str(tmp_path / "work"), "--train-examples", "32", "--train-max-seq-length", "32", "--max-seq-length", "32",
                        "--sentences", "20", "--batch-sizes", "1", "8", "--rounds", "1", "--threads", "1",
                        "--no-progress", out=tmp_path / "latency.json")
     rows = result["rows"]

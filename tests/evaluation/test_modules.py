@@ -80,14 +80,14 @@ def test_measure_throughput_in_process_gives_back_the_thread_count():
 
     before = torch.get_num_threads()
     lines: list[str] = []
-    run = ThroughputRun(configs=("bert_2_64_2",), modes=("infer",), batch_size=2, seq_len=16, steps=1, warmup=0,
+    run = ThroughputRun(configs=("bert_2_64_2",), modes=("infer",), batch_size=2, max_seq_length=16, steps=1, warmup=0,
                         device="cpu", threads=before + 1)
     report = measure_throughput(run, log=lines.append)
     assert torch.get_num_threads() == before
     (row,) = report["rows"]
-    assert (row["config"], row["mode"], row["batch_size"], row["seq_len"]) == ("bert_2_64_2", "infer", 2, 16)
+    assert (row["config"], row["mode"], row["batch_size"], row["max_seq_length"]) == ("bert_2_64_2", "infer", 2, 16)
     assert report["machine"]["threads"] == before + 1
     assert report["machine"]["command"] == ("python -m evaluation.model_throughput --configs bert_2_64_2 --modes "
-                                            "infer --batch-size 2 --seq-len 16 --steps 1 --warmup 0 --dtype float32 "
+                                            "infer --batch-size 2 --max-seq-length 16 --steps 1 --warmup 0 --dtype float32 "
                                             f"--device cpu --threads {before + 1}")
     assert lines[0].startswith("| config | mode |") and lines[2].startswith("| bert_2_64_2 | infer |")

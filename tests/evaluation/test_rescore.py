@@ -14,7 +14,7 @@ def test_rescore_writes_predictions_and_pins_the_dev_file(tmp_path):
     model = write_tiny_bert(tmp_path / "tiny")
     data = toy_tasks.write_sst2(tmp_path / "sst2", n_train=8, n_dev=12)
     out = tmp_path / "scored"
-    result = rescore(model, "SST-2", str(data), str(out), {"max_len": 32})
+    result = rescore(model, "SST-2", str(data), str(out), {"max_seq_length": 32})
     assert set(result) == {"metrics", "data_sha256"}
     assert 0 <= result["metrics"]["accuracy"] <= 1
     assert json.loads((out / "metrics.json").read_text()) == result["metrics"]

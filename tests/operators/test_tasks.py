@@ -65,7 +65,7 @@ def test_single_worker_pretrain_and_rerun_finetune_register(tmp_path, monkeypatc
     assert ops.register_and_promote(pretrained, str(tmp_path / "reg"), promote=False)["candidate"] == "1"
 
     runs = [ops.finetune("sst-2", demo_data("sst2"), pretrained["output"], str(tmp_path / "ft"),
-                          dict(epochs=1, batch_size=16, lr=1e-4, max_len=16))
+                          dict(epochs=1, batch_size=16, lr=1e-4, max_seq_length=16))
             for _ in range(2)]
     assert runs[0]["metrics"] == runs[1]["metrics"] and runs[0]["mlflow_run_id"] != runs[1]["mlflow_run_id"]
     reports = [ops.register_and_promote(ops.evaluate(r, str(tmp_path / "eval")), str(tmp_path / "reg"))
@@ -92,7 +92,7 @@ def test_evaluate_rescores_every_file_finetuning_scored(tmp_path, monkeypatch):
     shutil.copyfile(mnli / "dev_matched.tsv", mnli / "train.tsv")
     for task, data in (("mnli", mnli), ("ner", write_ner(tmp_path / "ner", n_train=16, n_dev=6))):
         done = ops.finetune(task, str(data), str(model), str(tmp_path / f"ft-{task}"),
-                           dict(epochs=1, batch_size=16, lr=1e-4, max_len=24))
+                           dict(epochs=1, batch_size=16, lr=1e-4, max_seq_length=24))
         evaluated = ops.evaluate(done, str(tmp_path / f"eval-{task}"))
         assert evaluated["metrics"] == done["metrics"], task
         assert manifest.read(tmp_path / f"eval-{task}")["metrics"] == done["metrics"]
@@ -122,7 +122,9 @@ def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatc
     specs = plan(preset="gluonnlp", overrides={"SST-2": {"epochs": 1}}, search={"lr": [1e-4, 3e-4]})
     sst2, squad = specs
     assert (sst2.settings["batch_size"], sst2.settings["epochs"], sst2.settings["lr"]) == (16, 1, 2e-5)
-    assert sst2.settings["max_seq_length"] == defaults["max_seq_length"]  # the form's value, no preset value
+    # The form leaves max_seq_length empty (the task kind's default); gluonnlp's values are 128 and SQuAD's 384.
+    assert (defaults["max_seq_length"], sst2.settings["max_seq_length"], squad.settings["max_seq_length"]) == (
+        None, 128, 384)
     assert (squad.settings["batch_size"], squad.settings["optimizer"]) == (12, "adamw")
     assert sst2.search == squad.search == {"lr": [1e-4, 3e-4]}
     assert plan()[0].settings["lr"] == 1e-4 and plan()[0].search == {}
@@ -136,6 +138,18 @@ def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatc
     assert [(t.settings, t.search) for t in old] == [(t.settings, t.search) for t in new]
     assert "'recipe' is deprecated; write 'preset'" in caplog.text
 
+    # `max_len`, the former name of max_seq_length for classification/NER (form or overrides), still works, and
+    # never reaches SQuAD, which it did not apply to; SQuAD keeps its own default length.
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        sst2, squad = plan_finetune.plan({**defaults, "max_len": 64}, "r1", FINETUNE_SETTINGS, tuple(PARAMS),
+                                         defaults)
+    assert (sst2.settings["max_seq_length"], squad.settings.get("max_seq_length")) == (64, None)
+    assert "settings of sst-2: 'max_len' is deprecated (read as max_seq_length 64)" in caplog.text
+    assert "settings of squad: 'max_len' is deprecated and never applied to SQuAD" in caplog.text
+    sst2, squad = plan(overrides={"sst-2": {"max_len": 32}, "squad": {"max_len": 32, "max_seq_length": 96}})
+    assert (sst2.settings["max_seq_length"], squad.settings["max_seq_length"]) == (32, 96)
+
     bad = [
         (dict(learning_rate=1e-4), r"bert_finetune conf: unknown param\(s\) learning_rate"),
         (dict(overrides={"sst-2": {"epoch": 1}}), r"overrides.sst-2.epoch: not a fine-tuning setting"),
@@ -146,7 +160,9 @@ def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatc
         (dict(search={"lr": [1e-4]}, num_workers=2), "task sst-2: a search runs one worker per trial"),
         (dict(tasks={"cola": str(tmp_path)}), f"tasks.cola: {tmp_path} has no training file"),
         (dict(tasks={"cola": str(tmp_path / "nowhere")}), "tasks.cola: data directory .* does not exist"),
-        (dict(max_seq_length=1024), "task squad: max_seq_length 1024 is longer than the model's 512 positions"),
+        (dict(max_seq_length=1024), "task sst-2: max_seq_length 1024 is longer than the model's 512 positions"),
+        (dict(overrides={"squad": {"max_seq_length": 1024}}),
+         "task squad: max_seq_length 1024 is longer than the model's 512 positions"),
         (dict(overrides={"sst-2": {"batch_size": 0}}), "task sst-2: --batch-size must be at least 1"),
         (dict(use_gpu=True), "task sst-2: use_gpu is set, but this machine has no GPU"),
         (dict(recipe="gluonnlp", preset="bert-paper"), "recipe .the deprecated name of preset. is 'gluonnlp'"),
@@ -225,6 +241,11 @@ def test_demo_params_are_the_library_fields_and_keep_the_old_names(tmp_path, mon
     assert "'pretrain_steps' is deprecated; write 'pretrain_num_steps'" in caplog.text
     assert plan(squad_epochs=1).finetune["squad"].settings["epochs"] == 1
     assert plan(squad_epochs=1).finetune["sst-2"].settings["epochs"] == DEMO.finetune["epochs"]
+    # One length per task, as the demo sizes them: SST-2 sentences 32 tokens, SQuAD windows 64.
+    demo = plan()
+    assert (demo.finetune["sst-2"].settings["max_seq_length"], demo.finetune["squad"].settings["max_seq_length"]) == (
+        32, 64)
+    assert "SQuAD's own: squad_max_seq_length" in PARAMS["finetune_max_seq_length"].description
     for conf, message in [(dict(pretrain_step=8), r"bert_demo conf: unknown param\(s\) pretrain_step"),
                           (dict(pretrain_batch_size=33), "bert_demo params: .*multiple of 2"),
                           (dict(pretrain_steps=8, pretrain_num_steps=9), "give pretrain_num_steps only")]:

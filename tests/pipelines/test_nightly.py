@@ -17,7 +17,7 @@ from tests.airflow_home import migrated_home
 pytestmark = pytest.mark.slow
 
 CONF = {"throughput_configs": ["bert_6_384_12"], "throughput_steps": 1, "throughput_batch_size": 2,
-        "throughput_seq_len": 16, "throughput_tolerance": 1.0}  # speed is reported, never asserted in tests
+        "throughput_max_seq_length": 16, "throughput_tolerance": 1.0}  # speed is reported, never asserted in tests
 
 
 @pytest.fixture()
@@ -55,7 +55,7 @@ def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, mi
     from operators.locations import demo_data
 
     trained = ops.finetune("sst-2", demo_data("sst2"), str(minilm_dir), str(tmp_path / "ft"),
-                           dict(epochs=1, batch_size=16, lr=1e-4, max_len=32))
+                           dict(epochs=1, batch_size=16, lr=1e-4, max_seq_length=32))
     champion = ops.register_and_promote(trained, str(tmp_path / "registry"))
     assert champion["promoted"]
 

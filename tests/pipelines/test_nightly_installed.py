@@ -33,7 +33,7 @@ import bert_core, bert_pipeline, evaluation, operators, pipelines
 from evaluation import model_throughput
 from operators import nightly
 work = sys.argv[1]
-speed = nightly.throughput(work, ["bert_6_384_12"], steps=1, batch_size=2, seq_len=16, threads=1)
+speed = nightly.throughput(work, ["bert_6_384_12"], steps=1, batch_size=2, max_seq_length=16, threads=1)
 files = {m.__name__: m.__file__ for m in (bert_core, bert_pipeline, evaluation, operators, pipelines, nightly,
                                           model_throughput)}
 print(json.dumps({"speed": speed, "files": files}))

@@ -133,7 +133,7 @@ class ClassificationAdapter(Adapter):
         examples = self._read(path)
         if any(e.label is None for e in examples):
             raise BertPipelineError(f"{path}: the training file has no labels")
-        arrays = features.encode_examples(self.tokenizer, examples, self.cfg.max_len)
+        arrays = features.encode_examples(self.tokenizer, examples, self.cfg.max_seq_length)
         if self.labels is None:
             arrays["labels"] = np.array([e.label for e in examples], dtype=np.float32)
         else:
@@ -145,8 +145,8 @@ class ClassificationAdapter(Adapter):
         examples = self._read(path)
         if has_gold and any(e.label is None for e in examples):
             raise BertPipelineError(f"{path}: the dev file has no labels")
-        return EvalSet(name, path, features.encode_examples(self.tokenizer, examples, self.cfg.max_len), has_gold,
-                       examples)
+        arrays = features.encode_examples(self.tokenizer, examples, self.cfg.max_seq_length)
+        return EvalSet(name, path, arrays, has_gold, examples)
 
     def write(self, eval_set, outputs, out_dir) -> Predictions:
         logits = outputs["logits"]
@@ -250,10 +250,12 @@ class NerAdapter(Adapter):
                 position += len(word) + 1
             texts.append(" ".join(s.words))
             starts.append(offsets)
-        arrays, first_piece, word_token = features.encode_words(self.tokenizer, texts, starts, self.cfg.max_len)
+        arrays, first_piece, word_token = features.encode_words(self.tokenizer, texts, starts,
+                                                                self.cfg.max_seq_length)
         cut = sum(p is None for positions in word_token for p in positions)
         if cut:
-            log.warning("%s: %d word(s) beyond --max-len %d tokens are predicted 'O'", path, cut, self.cfg.max_len)
+            log.warning("%s: %d word(s) beyond --max-seq-length %d tokens are predicted 'O'", path, cut,
+                        self.cfg.max_seq_length)
         return arrays, first_piece, word_token
 
     def train_arrays(self) -> dict[str, np.ndarray]:

@@ -18,22 +18,23 @@ from bert_core.finetune.tasks.squad import SquadFeature, SquadPredictions
 from bert_core.tasks.glue import Example
 
 
-def encode_examples(tokenizer, examples: Sequence[Example], max_length: int) -> dict[str, np.ndarray]:
-    """input_ids / token_type_ids / attention_mask [N, max_length] (int64, 0-padded), pairs cut longest-first."""
+def encode_examples(tokenizer, examples: Sequence[Example], max_seq_length: int) -> dict[str, np.ndarray]:
+    """input_ids / token_type_ids / attention_mask [N, max_seq_length] (int64, 0-padded), pairs cut
+    longest-first."""
     pairs = None if all(e.text_b is None for e in examples) else [e.text_b or "" for e in examples]
-    encodings = tokenizer.encode_batch([e.text_a for e in examples], pairs, max_length=max_length,
+    encodings = tokenizer.encode_batch([e.text_a for e in examples], pairs, max_length=max_seq_length,
                                        truncation="longest_first")
-    return pad([e.ids for e in encodings], [e.segment_ids for e in encodings], max_length)
+    return pad([e.ids for e in encodings], [e.segment_ids for e in encodings], max_seq_length)
 
 
-def encode_words(tokenizer, texts: Sequence[str], word_starts: Sequence[Sequence[int]], max_length: int):
-    """Word-labelled text (NER): (arrays [N, max_length], first_piece [N, max_length], word_token).
+def encode_words(tokenizer, texts: Sequence[str], word_starts: Sequence[Sequence[int]], max_seq_length: int):
+    """Word-labelled text (NER): (arrays [N, max_seq_length], first_piece [N, max_seq_length], word_token).
 
     first_piece[row, t] is the index of the word whose first word piece is token t (-1 elsewhere);
-    word_token[row][w] is that token for word w, None when the word was cut by `max_length`.
+    word_token[row][w] is that token for word w, None when the word was cut by `max_seq_length`.
     `word_starts[row]` are the character offsets where the words of texts[row] start."""
-    encodings = tokenizer.encode_batch(list(texts), max_length=max_length, truncation="only_first")
-    arrays = pad([e.ids for e in encodings], [e.segment_ids for e in encodings], max_length)
+    encodings = tokenizer.encode_batch(list(texts), max_length=max_seq_length, truncation="only_first")
+    arrays = pad([e.ids for e in encodings], [e.segment_ids for e in encodings], max_seq_length)
     first_piece = np.full((len(texts), len(arrays["input_ids"][0])), -1, dtype=np.int64)
     word_token: list[list[int | None]] = []
     for row, (enc, starts) in enumerate(zip(encodings, word_starts)):

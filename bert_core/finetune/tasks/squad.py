@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bert_core.errors import BertPipelineError
-from bert_core.finetune.config import FinetuneConfig, SquadOptions
+from bert_core.finetune.config import SQUAD_MAX_SEQ_LENGTH, SquadOptions
 from bert_core.tasks.squad import SquadExample
 
 
@@ -49,7 +49,7 @@ def _max_context(spans: list[tuple[int, int]], span_index: int, position: int) -
     return best_index == span_index
 
 
-def make_features(examples: Sequence[SquadExample], tokenizer, max_seq_length: int = FinetuneConfig.max_seq_length,
+def make_features(examples: Sequence[SquadExample], tokenizer, max_seq_length: int = SQUAD_MAX_SEQ_LENGTH,
                   doc_stride: int = SquadOptions.doc_stride, max_query_length: int = SquadOptions.max_query_length,
                   training: bool = False) -> list[SquadFeature]:
     """Windows of `[CLS] question [SEP] context-span [SEP]`; answer positions when training."""

@@ -45,7 +45,7 @@ def test_onnx_export_equals_pytorch(task, minilm_dir, tmp_path):
     model = cls.from_pretrained(str(minilm_dir), **overrides)
     model.save_pretrained(str(tmp_path / "model"))  # fixes the (new) head's weights for both sides
     out = tmp_path / "export"
-    result = export(ExportConfig(task=task, output=str(out), model=str(tmp_path / "model"), seq_length=32,
+    result = export(ExportConfig(task=task, output=str(out), model=str(tmp_path / "model"), max_seq_length=32,
                                  dynamic_batch=True))
     assert result["metrics"]["max_abs_diff"] < 1e-4
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "export.json", "manifest.json", "model.onnx",
@@ -62,7 +62,7 @@ def test_onnx_export_equals_pytorch(task, minilm_dir, tmp_path):
         assert got[0].shape == tuple(ref.logits.shape)
         assert np.abs(got[0] - ref.logits.numpy()).max() < 1e-4
     meta = json.loads((out / "export.json").read_text())
-    assert meta["batch_size"] == "dynamic" and meta["seq_length"] == 32
+    assert meta["batch_size"] == "dynamic" and meta["max_seq_length"] == 32
     assert meta["labels"] == (["0", "1", "2"] if task == "classification" else None)
 
 
@@ -102,7 +102,7 @@ def _trained_classifier(minilm_dir, tmp_path):
 
 def test_predict_glue_with_fp32_and_int8(minilm_dir, tmp_path, capsys):
     model_dir, dev = _trained_classifier(minilm_dir, tmp_path)
-    assert main(["export", "--task", "classification", "--model", str(model_dir), "--seq-length", "16",
+    assert main(["export", "--task", "classification", "--model", str(model_dir), "--max-seq-length", "16",
                  "--batch-size", "8", "--quantize", "int8", "--eval-data", str(dev), "--eval-task", "SST-2",
                  "--output", str(tmp_path / "exp")]) == 0
     printed = capsys.readouterr().out
@@ -140,6 +140,15 @@ def test_predict_glue_with_fp32_and_int8(minilm_dir, tmp_path, capsys):
     assert json.loads(printed[: printed.rindex("}") + 1])["evaluation"] == evaluation
     assert f"fp32 accuracy {fp32:.4f}, int8 accuracy {int8:.4f} (int8 - fp32: {int8 - fp32:+.4f})" in printed
 
+    # An export.json written before the rename (`seq_length`, as registered models carry it) still runs.
+    meta_file = tmp_path / "exp" / "export.json"
+    meta = json.loads(meta_file.read_text())
+    meta_file.write_text(json.dumps({**{k: v for k, v in meta.items() if k != "max_seq_length"}, "seq_length": 16}))
+    assert ExportedModel(tmp_path / "exp").meta["max_seq_length"] == 16
+    assert main(["predict", "--export", str(tmp_path / "exp"), str(dev), "--task", "SST-2",
+                 "--output", str(tmp_path / "old.tsv")]) == 0
+    assert (tmp_path / "old.tsv").read_text() == (tmp_path / "fp32.tsv").read_text()
+
 
 def test_eval_data_mistakes_are_clear_errors(tmp_path):
     dev = tmp_path / "dev.tsv"
@@ -167,7 +176,7 @@ def test_squad_predictions_from_export_equal_pytorch(minilm_dir, tmp_path):
     data = FIXTURES / "squad" / "data-v2.0.json"
     qa = BertForQuestionAnswering.from_pretrained(str(minilm_dir)).eval()
     qa.save_pretrained(str(tmp_path / "qa"))
-    assert main(["export", "--task", "question_answering", "--model", str(tmp_path / "qa"), "--seq-length", "64",
+    assert main(["export", "--task", "question_answering", "--model", str(tmp_path / "qa"), "--max-seq-length", "64",
                  "--dynamic-batch", "--eval-data", str(data), "--output", str(tmp_path / "exp")]) == 0
     assert main(["predict", "--export", str(tmp_path / "exp"), str(data), "--version-2", "--doc-stride", "24",
                  "--output", str(tmp_path / "pred")]) == 0
@@ -195,7 +204,7 @@ def test_squad_predictions_from_export_equal_pytorch(minilm_dir, tmp_path):
 
 def test_pt2_export_runs_with_torch_alone(minilm_dir, tmp_path):
     result = export(ExportConfig(task="regression", output=str(tmp_path / "exp"), model=str(minilm_dir),
-                                 seq_length=16, batch_size=2, format="pt2"))
+                                 max_seq_length=16, batch_size=2, format="pt2"))
     assert result["metrics"]["max_abs_diff"] < 1e-4
     program = torch.export.load(str(tmp_path / "exp" / "model.pt2")).module()
     ids, types, mask = _inputs(30522, batch=2, seq=16)
@@ -207,7 +216,7 @@ def test_refuses_random_weights_unless_asked(tmp_path, capsys):
         export(ExportConfig(task="classification", output=str(tmp_path / "x")))
     assert not (tmp_path / "x").exists()
     assert main(["export", "--task", "classification", "--random-weights", "--model-config", "bert_2_64_2",
-                 "--seq-length", "8", "--output", str(tmp_path / "rand")]) == 0
+                 "--max-seq-length", "8", "--output", str(tmp_path / "rand")]) == 0
     assert json.loads((tmp_path / "rand" / "export.json").read_text())["random_weights"] is True
     assert main(["predict", "--export", str(tmp_path / "rand"), "x.tsv", "--task", "sst-2",
                  "--output", str(tmp_path / "p.tsv")]) == 2  # no vocab.txt: a clear error
@@ -243,11 +252,11 @@ def _op_types(path):
 def test_dynamic_batch_and_seq_export_runs_any_shape_and_equals_pytorch(optimize, tmp_path):
     model, model_dir = _tiny_task_model(tmp_path, num_labels=3)
     out = tmp_path / "export"
-    result = export(ExportConfig(task="classification", output=str(out), model=str(model_dir), seq_length=64,
+    result = export(ExportConfig(task="classification", output=str(out), model=str(model_dir), max_seq_length=64,
                                  dynamic_batch=True, dynamic_seq=True, optimize=optimize))
     assert result["metrics"]["max_abs_diff"] < 1e-5
     meta = json.loads((out / "export.json").read_text())
-    assert meta["dynamic_seq"] is True and meta["batch_size"] == "dynamic" and meta["seq_length"] == 64
+    assert meta["dynamic_seq"] is True and meta["batch_size"] == "dynamic" and meta["max_seq_length"] == 64
     assert meta["inputs"]["input_ids"]["shape"] == ["batch", "seq"]
     assert (meta["optimization"] is not None) == optimize
     import onnxruntime as ort
@@ -265,7 +274,7 @@ def test_dynamic_batch_and_seq_export_runs_any_shape_and_equals_pytorch(optimize
             ref = model(ids, types, mask).logits.numpy()  # the model's own (packed) path
         assert got.shape == direct.shape == (batch, 3)
         assert np.abs(got - ref).max() < 1e-5 and np.abs(direct - ref).max() < 1e-5, (batch, seq)
-    with pytest.raises(BertPipelineError, match="sequence length 65 is over this export's seq_length 64"):
+    with pytest.raises(BertPipelineError, match="sequence length 65 is over this export's max_seq_length 64"):
         runner.run(*(np.ones((1, 65), dtype=np.int64) for _ in range(3)))
     # A padded batch runs in groups of rows of similar length, each cut to its longest row: the graph
     # computes about the real tokens only, and the outputs are those of the batch run as given.
@@ -334,7 +343,7 @@ def test_optimized_graph_is_fused_and_equals_pytorch_for_any_mask(tmp_path):
     model, model_dir = _tiny_task_model(tmp_path, cls=BertForQuestionAnswering)
     layers = model.config.num_hidden_layers
     out = tmp_path / "export"
-    result = export(ExportConfig(task="question_answering", output=str(out), model=str(model_dir), seq_length=32,
+    result = export(ExportConfig(task="question_answering", output=str(out), model=str(model_dir), max_seq_length=32,
                                  dynamic_batch=True, dynamic_seq=True, quantize="int8"))
     ops = _op_types(out / "model.onnx")
     # One fused kernel per layer for attention and GELU, two SkipLayerNormalization per layer; none of
@@ -363,7 +372,7 @@ def test_optimized_graph_is_fused_and_equals_pytorch_for_any_mask(tmp_path):
     assert np.abs(end - ref.end_logits.numpy())[valid].max() < 1e-5
     # --no-optimize: the model's own static graph, nothing fused.
     export(ExportConfig(task="question_answering", output=str(tmp_path / "plain"), model=str(model_dir),
-                        seq_length=32, dynamic_batch=True, optimize=False))
+                        max_seq_length=32, dynamic_batch=True, optimize=False))
     plain = _op_types(tmp_path / "plain" / "model.onnx")
     assert not {"Attention", "SkipLayerNormalization", "BiasGelu"} & set(plain)
     assert json.loads((tmp_path / "plain" / "export.json").read_text())["optimization"] is None
@@ -371,14 +380,14 @@ def test_optimized_graph_is_fused_and_equals_pytorch_for_any_mask(tmp_path):
 
 def test_token_classification_export(tmp_path):
     model, model_dir = _tiny_task_model(tmp_path, cls=BertForTokenClassification, num_labels=5)
-    assert main(["export", "--task", "token_classification", "--model", str(model_dir), "--seq-length", "24",
+    assert main(["export", "--task", "token_classification", "--model", str(model_dir), "--max-seq-length", "24",
                  "--dynamic-batch", "--dynamic-seq", "--output", str(tmp_path / "ner")]) == 0
     meta = json.loads((tmp_path / "ner" / "export.json").read_text())
     assert meta["task"] == "token_classification" and meta["outputs"] == ["logits"]
     assert meta["output_shapes"] == {"logits": ["batch", "seq", 5]} and meta["labels"] == ["0", "1", "2", "3", "4"]
     assert meta["optimization"]["fused_operators"]["Attention"] == model.config.num_hidden_layers
     # A static export too: run() pads a shorter batch to its length and cuts the logits back.
-    assert main(["export", "--task", "token_classification", "--model", str(model_dir), "--seq-length", "24",
+    assert main(["export", "--task", "token_classification", "--model", str(model_dir), "--max-seq-length", "24",
                  "--batch-size", "2", "--output", str(tmp_path / "ner-static")]) == 0
     ids, types, mask = _ragged(model.config.vocab_size, 3, 11)
     with torch.no_grad():
@@ -396,7 +405,7 @@ def test_token_classification_export(tmp_path):
 def test_static_export_runs_shorter_sequences(tmp_path):
     """A static-shape export keeps working for callers that pad each batch to its own longest row."""
     model, model_dir = _tiny_task_model(tmp_path, num_labels=2)
-    export(ExportConfig(task="classification", output=str(tmp_path / "exp"), model=str(model_dir), seq_length=16,
+    export(ExportConfig(task="classification", output=str(tmp_path / "exp"), model=str(model_dir), max_seq_length=16,
                         batch_size=4))
     meta = json.loads((tmp_path / "exp" / "export.json").read_text())
     assert meta["dynamic_seq"] is False and meta["inputs"]["input_ids"]["shape"] == ["batch", 16]

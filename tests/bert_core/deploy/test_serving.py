@@ -16,8 +16,8 @@ from bert_core.finetune.tasks.outputs import same_answer
 from tests import toy_tasks
 from tests.tiny_bert import write_tiny_bert
 
-TINY = dict(epochs=1, lr=1e-3, batch_size=16, tracking=False, max_len=32, max_seq_length=64, doc_stride=16,
-            eval_batch_size=5)
+TINY = dict(epochs=1, lr=1e-3, batch_size=16, tracking=False, doc_stride=16, eval_batch_size=5)
+LENGTH = {"squad": 64}  # max_seq_length per task; others: 32
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
     out = {"pretrained": tiny}
     for task, data_dir in data.items():
         finetune(FinetuneConfig(task=task, data_dir=str(data_dir), model=str(tiny), output=str(root / f"out-{task}"),
-                                version_2=task == "squad", **TINY))
+                                version_2=task == "squad", max_seq_length=LENGTH.get(task, 32), **TINY))
         out[task] = root / f"out-{task}"
     return out
 
@@ -43,7 +43,8 @@ def test_fresh_predictions_equal_what_evaluation_scored(models, task):
     window, batch by length, decode) gives the answers evaluation scored, at every batch size."""
     model_dir = models[task] / "model"
     card = task_card.read_card(model_dir)
-    assert card.task == task and card.max_len == TINY["max_len"] and card.squad["doc_stride"] == TINY["doc_stride"]
+    assert card.task == task and card.max_seq_length == LENGTH.get(task, 32)
+    assert card.squad["doc_stride"] == TINY["doc_stride"]
     checks = task_card.read_checks(model_dir)
     assert len(checks) == 8  # CHECK_EXAMPLES
     for batch_size in (1, 3, 32):
@@ -66,7 +67,7 @@ def test_squad_answers_agree_in_finetuning_export_and_serving(models, tmp_path):
     scored = json.loads((models["squad"] / "predictions.json").read_text())
     card = task_card.read_card(model_dir)
     export(ExportConfig(task="question_answering", model=str(model_dir), output=str(tmp_path / "exp"),
-                        seq_length=card.max_seq_length, dynamic_batch=True, dynamic_seq=True))
+                        max_seq_length=card.max_seq_length, dynamic_batch=True, dynamic_seq=True))
     predict_file(ExportedModel(tmp_path / "exp"), dev, tmp_path / "pred", squad=card.squad_options())
     _, examples = read_squad(dev)
     served = TaskPredictor.from_model_dir(models["squad"], batch_size=4)(
@@ -118,7 +119,7 @@ def test_long_input_is_truncated_for_classification(models):
     predictor = TaskPredictor.from_model_dir(models["sst-2"])
     long = " ".join(["wonderful"] * 10_000)
     (answer,) = predictor([{"text": long}])
-    (short,) = predictor([{"text": " ".join(["wonderful"] * 40)}])  # the same first max_len tokens
+    (short,) = predictor([{"text": " ".join(["wonderful"] * 40)}])  # the same first max_seq_length tokens
     assert answer == short
 
 
@@ -192,7 +193,7 @@ def test_a_registered_export_serves_its_onnx_graph(models, tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert main(["export", "--task", "classification", "--model", str(models["sst-2"] / "model"), "--output",
-                 str(tmp_path / "onnx"), "--dynamic-batch", "--dynamic-seq", "--seq-length", "32",
+                 str(tmp_path / "onnx"), "--dynamic-batch", "--dynamic-seq", "--max-seq-length", "32",
                  "--register", "bert-sst-2", "--promote"]) == 0
     report = json.loads(capsys.readouterr().out.split("\n}\n")[0] + "\n}")
     assert report["registry"]["serving_check"] == {"examples": 8, "problems": []}
@@ -223,7 +224,7 @@ def test_a_registered_export_can_serve_its_int8_graph(models, tmp_path, monkeypa
     model = str(models["sst-2"] / "model")
     dev = str(models["sst-2"].parent / "sst2" / "dev.tsv")
     base = ["export", "--task", "classification", "--model", model, "--dynamic-batch", "--dynamic-seq",
-            "--seq-length", "32", "--register", "bert-sst-2", "--serve-int8"]
+            "--max-seq-length", "32", "--register", "bert-sst-2", "--serve-int8"]
     assert main([*base, "--output", str(tmp_path / "fp32-only")]) == 2
     assert "--serve-int8 needs --register NAME, --quantize int8 and --eval-data" in capsys.readouterr().err
     assert not (tmp_path / "fp32-only").exists()
@@ -295,7 +296,7 @@ def test_cli_processes_that_load_torch_and_onnx_runtime_always_exit_0(models, tm
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a crash prints every thread's stack
     model = str(models["sst-2"] / "model")
     done = subprocess.run([*command, "export", "--task", "classification", "--model", model, "--output",
-                           str(tmp_path / "onnx"), "--dynamic-batch", "--dynamic-seq", "--seq-length", "32"],
+                           str(tmp_path / "onnx"), "--dynamic-batch", "--dynamic-seq", "--max-seq-length", "32"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     requests = tmp_path / "requests.jsonl"

@@ -48,7 +48,7 @@ def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
 def test_classification_sst2(minilm_dir, tmp_path):
     data = toy_tasks.write_sst2(tmp_path / "sst2")
     cfg = FinetuneConfig(task="SST-2", data_dir=str(data), model=str(minilm_dir), output=str(tmp_path / "out"),
-                         epochs=2, max_len=24, **FAST)
+                         epochs=2, max_seq_length=24, **FAST)
     result = finetune(cfg)
     assert result["metrics"]["accuracy"] >= 0.9  # chance is 0.5
     out = tmp_path / "out"
@@ -68,7 +68,7 @@ def test_classification_sst2(minilm_dir, tmp_path):
 def test_regression_stsb(minilm_dir, tmp_path):
     data = toy_tasks.write_stsb(tmp_path / "stsb", n_train=96, n_dev=32)
     cfg = FinetuneConfig(task="sts-b", data_dir=str(data), model=str(minilm_dir), output=str(tmp_path / "out"),
-                         epochs=3, max_len=32, **FAST)
+                         epochs=3, max_seq_length=32, **FAST)
     metrics = finetune(cfg)["metrics"]
     assert metrics["pearson"] > 0.7 and metrics["spearman"] > 0.5  # chance is 0
 
@@ -95,7 +95,7 @@ def test_question_answering_squad_v2_reports_threshold(minilm_dir, tmp_path):
 def test_ner_conll(minilm_dir, tmp_path):
     data = toy_tasks.write_ner(tmp_path / "ner")
     cfg = FinetuneConfig(task="ner", data_dir=str(data), model=str(minilm_dir), output=str(tmp_path / "out"),
-                         epochs=3, max_len=24, **FAST)
+                         epochs=3, max_seq_length=24, **FAST)
     metrics = finetune(cfg)["metrics"]
     assert metrics["f1"] > 0.6  # entity-level F1; chance is ~0
     labels = json.loads((tmp_path / "out" / "model" / "config.json").read_text())["id2label"]
@@ -105,7 +105,7 @@ def test_ner_conll(minilm_dir, tmp_path):
 def test_cli_and_bad_input(minilm_dir, tmp_path, capsys):
     data = toy_tasks.write_sst2(tmp_path / "sst2", n_train=16, n_dev=8)
     base = ["finetune", "sst-2", "--data-dir", str(data), "--model", str(minilm_dir), "--no-tracking",
-            "--epochs", "1", "--max-len", "16", "--batch-size", "8"]
+            "--epochs", "1", "--max-seq-length", "16", "--batch-size", "8"]
     assert main(base + ["--output", str(tmp_path / "out")]) == 0
     assert '"accuracy"' in capsys.readouterr().out
     # An existing output with a different config is not overwritten.
@@ -143,7 +143,7 @@ def test_the_best_epoch_is_kept_not_the_last(tiny_bert, tmp_path, monkeypatch):
 
     monkeypatch.setattr("bert_core.finetune.step.score_predictions", scorer)
     cfg = FinetuneConfig(task="sts-b", data_dir=str(data), model=str(tiny_bert), output=str(tmp_path / "out"),
-                         epochs=3, batch_size=8, lr=1e-3, max_len=32, tracking=False)
+                         epochs=3, batch_size=8, lr=1e-3, max_seq_length=32, tracking=False)
     result = finetune(cfg)
     out = tmp_path / "out"
     assert result["best_epoch"] == 2 and result["metrics"]["pearson"] == 0.9
@@ -168,7 +168,7 @@ def test_ner_micro_batches_are_weighted_by_labelled_tokens(tiny_bert, tmp_path):
     """Batch 8 in one micro-batch or in two of 4 (accumulation; the same split as across 2 workers) is the
     same update: NER's loss averages over labelled word pieces, which differ between the halves."""
     data = toy_tasks.write_ner(tmp_path / "ner", n_train=16, n_dev=6)
-    base = dict(task="ner", data_dir=str(data), model=str(tiny_bert), epochs=1, lr=1e-3, max_len=24,
+    base = dict(task="ner", data_dir=str(data), model=str(tiny_bert), epochs=1, lr=1e-3, max_seq_length=24,
                 tracking=False)
     whole = finetune(FinetuneConfig(**base, output=str(tmp_path / "whole"), batch_size=8))
     split = finetune(FinetuneConfig(**base, output=str(tmp_path / "split"), batch_size=4, accumulate=2))
@@ -194,7 +194,7 @@ def test_mlflow_run_holds_params_epoch_metrics_and_prediction_files(tiny_bert, t
     common = dict(model=str(tiny_bert), batch_size=8, lr=1e-3)
     # The launcher opens the MLflow run (and logs the model as the task pyfunc), as the CLI and the DAGs run it.
     glue_result = run_step(FINETUNE, FinetuneConfig(task="SST-2", data_dir=str(sst2), output=str(tmp_path / "sst2-out"),
-                                                    epochs=2, max_len=24, **common))
+                                                    epochs=2, max_seq_length=24, **common))
     squad_result = run_step(FINETUNE, FinetuneConfig(task="squad", data_dir=str(squad),
                                                      output=str(tmp_path / "squad-out"),
                                            epochs=1, version_2=True, max_seq_length=48, doc_stride=16,
@@ -246,7 +246,7 @@ def test_xnli_original_release_trains_on_xnli_mt_files(tiny_bert, tmp_path, caps
     XNLI-MT-1.0's multinli.train.<language>.tsv: inside the data dir as Google's run_classifier.py
     expects, or given with --train-file (e.g. English for the zero-shot setting)."""
     original = XNLI / "XNLI-1.0"
-    base = dict(task="xnli", model=str(tiny_bert), epochs=1, batch_size=8, lr=1e-3, max_len=32, tracking=False)
+    base = dict(task="xnli", model=str(tiny_bert), epochs=1, batch_size=8, lr=1e-3, max_seq_length=32, tracking=False)
     with pytest.raises(BertPipelineError, match=r"no train file for xnli \(looked for train.tsv or "
                        r"multinli/multinli.train.zh.tsv or multinli.train.zh.tsv\); the original XNLI-1.0 release "
                        r"has no training data: .*or pass --train-file"):
@@ -273,7 +273,7 @@ def test_xnli_original_release_trains_on_xnli_mt_files(tiny_bert, tmp_path, caps
     english = XNLI / "XNLI-MT-1.0" / "multinli" / "multinli.train.en.tsv"
     assert main(["finetune", "xnli", "--data-dir", str(original), "--model", str(tiny_bert), "--output",
                  str(tmp_path / "fr"), "--train-file", str(english), "--language", "fr", "--epochs", "1",
-                 "--batch-size", "8", "--max-len", "32", "--no-tracking"]) == 0
+                 "--batch-size", "8", "--max-seq-length", "32", "--no-tracking"]) == 0
     printed = json.loads(capsys.readouterr().out)
     out = tmp_path / "fr"
     fr = [e.text_a for e in glue.read_examples("xnli", original / "xnli.dev.tsv", language="fr")]

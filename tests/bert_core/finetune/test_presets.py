@@ -10,14 +10,15 @@ from bert_core.finetune.config import FinetuneConfig
 def test_gluonnlp_table():
     base = {"lr": 1e-4, "epochs": 2, "batch_size": 16}
     assert presets.settings_for("mrpc", base, "gluonnlp") == {
-        "lr": 2e-5, "epochs": 3, "batch_size": 32, "optimizer": "bertadam", "max_len": 128, "adam_eps": 1e-6,
+        "lr": 2e-5, "epochs": 3, "batch_size": 32, "optimizer": "bertadam", "max_seq_length": 128, "adam_eps": 1e-6,
         "warmup_ratio": 0.1}
     sst2 = presets.settings_for("sst-2", base, "gluonnlp")
     assert (sst2["batch_size"], sst2["epochs"], sst2["lr"]) == (16, 4, 2e-5)
     mnli = presets.settings_for("mnli", {}, "gluonnlp")
-    assert (mnli["max_len"], mnli["adam_eps"], mnli["lr"]) == (80, 1e-8, 5e-5)  # the script's default lr
+    assert (mnli["max_seq_length"], mnli["adam_eps"], mnli["lr"]) == (80, 1e-8, 5e-5)  # the script's default lr
     squad = presets.settings_for("squad", {}, "gluonnlp")
-    assert (squad["optimizer"], squad["batch_size"], squad["lr"], squad["epochs"]) == ("adamw", 12, 3e-5, 2)
+    assert (squad["optimizer"], squad["batch_size"], squad["lr"], squad["epochs"], squad["max_seq_length"]) == (
+        "adamw", 12, 3e-5, 2, 384)
     squad2 = presets.settings_for("squad", {"version_2": True}, "gluonnlp")
     assert squad2["null_score_diff_threshold"] == -2.0
     for task in presets.PRESETS["gluonnlp"].per_task:  # every value is a real setting
@@ -46,8 +47,8 @@ def test_search_grids():
     assert presets.grid_for("sst-2", None) == {} == presets.grid_for("sst-2", {})
     with pytest.raises(BertPipelineError, match="needs a preset with a search protocol"):
         presets.grid_for("sst-2", "preset", "gluonnlp")
-    with pytest.raises(BertPipelineError, match=r"search.max_len: not a setting a search varies"):
-        presets.grid_for("sst-2", {"max_len": [64]})
+    with pytest.raises(BertPipelineError, match=r"search.max_seq_length: not a setting a search varies"):
+        presets.grid_for("sst-2", {"max_seq_length": [64]})
     with pytest.raises(BertPipelineError, match=r"search.lr: expected a non-empty list"):
         presets.grid_for("sst-2", {"lr": 1e-4})
 

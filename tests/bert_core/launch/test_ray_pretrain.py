@@ -43,7 +43,7 @@ def ray_session():
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("ray")
-    data = write_shards(root / "shards", num_shards=2, per_shard=32, seq_len=32)
+    data = write_shards(root / "shards", num_shards=2, per_shard=32, max_seq_length=32)
     model = tiny_model_config(root / "tiny.json")
 
     def make(name: str, **overrides) -> PretrainConfig:

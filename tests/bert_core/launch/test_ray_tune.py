@@ -36,7 +36,7 @@ def test_search_runs_trials_as_child_runs(tmp_path, monkeypatch):
     tiny = write_tiny_bert(tmp_path / "tiny")
     data = toy_tasks.write_sst2(tmp_path / "sst2", n_train=48, n_dev=16)
     base = FinetuneConfig(task="sst-2", data_dir=str(data), model=str(tiny), output=str(tmp_path / "unused"),
-                          epochs=1, batch_size=16, max_len=16, lr=1e-4)
+                          epochs=1, batch_size=16, max_seq_length=16, lr=1e-4)
     with pytest.raises(BertPipelineError, match="one worker each"):
         ray_tune.sweep(FinetuneConfig(**{**base.__dict__, "num_workers": 2}), {"lr": [1e-4]}, str(tmp_path / "s"),
                        "accuracy")

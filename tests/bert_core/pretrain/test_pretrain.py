@@ -21,7 +21,7 @@ from tests.synthetic_shards import tiny_model_config, write_shards
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    return write_shards(tmp_path_factory.mktemp("data") / "shards", num_shards=2, per_shard=32, seq_len=32)
+    return write_shards(tmp_path_factory.mktemp("data") / "shards", num_shards=2, per_shard=32, max_seq_length=32)
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ def _rows(batch) -> list[tuple[int, ...]]:
 
 @pytest.fixture
 def data(tmp_path):
-    return write_shards(tmp_path / "shards", num_shards=3, per_shard=24, seq_len=32)
+    return write_shards(tmp_path / "shards", num_shards=3, per_shard=24, max_seq_length=32)
 
 
 def test_resolve_globs_dirs_and_errors(data, tmp_path):
