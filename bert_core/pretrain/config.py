@@ -62,8 +62,9 @@ class PretrainConfig(TrackingConfig, RayTrainConfig, OptimizerConfig):
                          group=MODEL, metavar="DIR_OR_URI")
     overwrite: bool = option(False, "replace --output if it holds something else", group=MODEL)
 
-    batch_size: int = option(DEFAULT_BATCH_SIZE, "sequences (tokens with --use-avg-len) per micro-batch, all workers together: "
-                             "each worker takes --batch-size / --num-workers", group=OPTIMIZATION)
+    batch_size: int = option(DEFAULT_BATCH_SIZE, "sequences (tokens with --use-avg-len) per micro-batch, all workers together, "
+                             "whatever their number: each worker takes its share (1 more on some when it does not "
+                             "divide evenly)", group=OPTIMIZATION)
     num_steps: int | None = option(None, "number of optimizer steps", group=OPTIMIZATION, exclusive="length")
     epochs: int | None = option(None, "number of passes over the training shards", group=OPTIMIZATION,
                                 exclusive="length")
@@ -119,9 +120,6 @@ class PretrainConfig(TrackingConfig, RayTrainConfig, OptimizerConfig):
         for name in ("ckpt_interval", "eval_interval", "eval_max_batches", "max_failures"):
             if getattr(self, name) < 0 and not (name == "max_failures" and getattr(self, name) == -1):
                 raise BertPipelineError(f"--{name.replace('_', '-')} must not be negative")
-        if self.num_workers > 1 and self.batch_size % self.num_workers:
-            raise BertPipelineError(f"--batch-size {self.batch_size} is the batch of all {self.num_workers} workers "
-                                    f"together: give a multiple of {self.num_workers}")
         self.check_workers()
         self.check_optimization()
 

@@ -39,7 +39,7 @@ def test_prefixed_params_for_two_steps_in_one_dag():
 
 @pytest.mark.parametrize("conf, message", [
     ({"model": "bert_2_128_2", "pretrained": "/weights"}, "exactly one of --model"),
-    ({"batch_size": 63, "num_workers": 2}, "batch-size 63 is the batch of all 2 workers"),
+    ({"batch_size": 0, "num_workers": 2}, "batch-size must be at least 1"),
     ({"holdout_fraction": 0.0}, "holdout_fraction must be above 0"),
     ({"max_seq_length": 4}, "max_seq_length must be at least 5"),
     ({"dtype": "float8"}, "--dtype must be one of"),
