@@ -109,3 +109,13 @@ def test_a_retried_pretrain_task_resumes_from_its_last_checkpoint(tmp_path, monk
     training = manifest.read(output)["training"]
     assert training["resumed_from"].endswith("step-00000002") and training["steps"] == 5
     assert retried["metrics"]["loss"] > 0
+
+
+def test_num_workers_param_takes_a_number_or_an_elastic_range():
+    """bert_pretraining's num_workers: an int (fixed) or "MIN:MAX" (elastic), the same values the CLI flag takes."""
+    param = config_params(PretrainConfig, ["num_workers"], {"num_workers": 2})["num_workers"]
+    assert param.schema["type"] == ["integer", "string"]
+    assert param.resolve(2) == 2 and param.resolve("1:4") == "1:4"
+    assert "MIN:MAX" in param.description
+    with pytest.raises(BertPipelineError, match=r"--num-workers: expected a number N or a range MIN:MAX"):
+        PretrainConfig(data="d", output="o", model="m", num_steps=1, num_workers="two")
