@@ -10,7 +10,15 @@ checkpoint after a failure, and its preemption watcher for drained nodes. This m
   reported), and records it in the run's MLflow run: the metric `world_size` at that step and a tag
   `resize.N` holding the line;
 - fails the run when fewer than the minimum number of workers could be placed for longer than
-  --placement-timeout, with one line naming what is missing, instead of Ray's wait that never ends.
+  --placement-timeout, with one line naming what is missing, instead of Ray's wait that never ends;
+- keeps Ray 2.60's elastic policy from acting on a stale view of the cluster. The policy sizes the group from
+  Ray Data's AutoscalingCoordinator, which refreshes its view of the nodes every 20 s, and the policy reads
+  it one call late: right after a node is lost it restarts the group at the old size, whose placement then
+  waits for Ray's 60 s worker-group startup timeout; right after a node joins it may start smaller than it
+  could. So when the controller is about to place a group, this asks the coordinator to recompute (its own
+  `recompute` option), and a decision for more workers than the live, not draining nodes can hold is
+  turned back with Ray's retryable WorkerGroupStartupFailedError: the controller decides again a second
+  later, on the fresh view. Ray still makes every decision; this only refuses one it cannot carry out.
 
 The controller calls `after_controller_state_update` on every iteration of its loop (every few tenths of a
 second), also when the state did not change, which is what makes the timeout check possible here.
@@ -24,6 +32,7 @@ import time
 from typing import Any
 
 import ray
+from ray.train.v2._internal.exceptions import WorkerGroupStartupFailedError
 from ray.train.v2._internal.execution.callback import ControllerCallback, ReportCallback
 from ray.train.v2._internal.execution.controller.state import (
     InitializingState,
@@ -67,14 +76,29 @@ def describe_failure(error: BaseException) -> str:
 
 
 def placeable_workers(resources: dict[str, float]) -> int:
-    """How many workers needing `resources` fit on the cluster's live nodes (their total resources)."""
+    """How many workers needing `resources` fit on the cluster's live nodes that are not draining (their total
+    resources)."""
+    try:
+        draining = set(ray._private.state.state.get_draining_nodes())
+    except Exception:  # an older GCS without the call: count every live node
+        draining = set()
     count = 0
     for node in ray.nodes():
-        if not node.get("Alive"):
+        if not node.get("Alive") or node.get("NodeID") in draining:
             continue
         have = node.get("Resources", {})
         count += min((int(have.get(k, 0.0) // v) for k, v in resources.items() if v > 0), default=0)
     return count
+
+
+def refresh_cluster_view() -> None:
+    """Make Ray Data's AutoscalingCoordinator (what the elastic policy sizes groups from) look at the nodes now,
+    not at its next 20 s tick. No coordinator yet (a fixed-size run): nothing to do."""
+    try:
+        coordinator = ray.get_actor("AutoscalingCoordinator", namespace="AutoscalingCoordinator")
+        ray.get(coordinator.get_reserved_resources.remote("bert-pipeline-refresh", recompute=True), timeout=10)
+    except Exception as exc:
+        log.debug("no AutoscalingCoordinator to refresh: %s", exc)
 
 
 def format_resources(resources: dict[str, float]) -> str:
@@ -85,7 +109,7 @@ class WorkerGroupWatch(ControllerCallback, ReportCallback):
     """Logs worker-group resizes (driver log and MLflow) and bounds the wait for placement; see the module doc."""
 
     def __init__(self, step_name: str, min_workers: int, resources: dict[str, float], placement_timeout_s: float,
-                 tracking_uri: str | None = None, mlflow_run_id: str | None = None):
+                 tracking_uri: str | None = None, mlflow_run_id: str | None = None, elastic: bool = False):
         self.step_name, self.min_workers, self.resources = step_name, min_workers, dict(resources)
         self.placement_timeout_s = placement_timeout_s
         self.tracking_uri, self.mlflow_run_id = tracking_uri, mlflow_run_id
@@ -94,6 +118,8 @@ class WorkerGroupWatch(ControllerCallback, ReportCallback):
         self.why = "start"
         self.waiting_since: float | None = None
         self.resizes = 0
+        self.elastic = elastic  # a MIN:MAX group: Ray's elastic policy decides its size
+        self._refreshed = 0.0
         self._client: Any = None
 
     # -- Ray Train hooks (run in the controller actor)
@@ -114,8 +140,19 @@ class WorkerGroupWatch(ControllerCallback, ReportCallback):
                       "the group without it when the node goes or the deadline passes")
         elif isinstance(current_state, ResizingState) and not isinstance(previous_state, ResizingState):
             self.why = f"resources for {current_state.scaling_decision.num_workers} workers are available"
+        if isinstance(current_state, (InitializingState, RestartingState, ReschedulingState)):
+            now = time.monotonic()
+            if current_state is not previous_state or now - self._refreshed > 2.0:
+                refresh_cluster_view()
+                self._refreshed = now
         if isinstance(current_state, SchedulingState) and not isinstance(previous_state, SchedulingState):
-            self._resized(current_state.scaling_decision.num_workers)
+            wanted = current_state.scaling_decision.num_workers
+            placeable = placeable_workers(self.resources)
+            if wanted > placeable >= self.min_workers and self.elastic:
+                log.info("%s: Ray decided on %d workers from a stale view of the cluster (%d placeable now): "
+                         "deciding again", self.step_name, wanted, placeable)
+                raise WorkerGroupStartupFailedError(f"{wanted} workers wanted, {placeable} placeable now")
+            self._resized(wanted)
         self._check_placement(current_state)
 
     # -- helpers

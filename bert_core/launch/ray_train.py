@@ -85,6 +85,33 @@ def absolutize(spec: StepSpec, config: Any) -> Any:
     return dataclasses.replace(config, **changes)
 
 
+class RayPreemption:
+    """Drain notices from Ray Train's preemption watcher (bert_core.train.step_spec.Preemption).
+
+    `ray.train.get_preemption_info()` is a barrier across the workers, so every worker asks after the same
+    steps. After the just-in-time checkpoint the workers hold: Ray Train's controller restarts the group (from
+    that checkpoint) when the drained node goes or its deadline passes (FailureConfig.preemption_grace_s later),
+    charged to FailureConfig.max_preemption_failures (default: unlimited), not to --max-failures."""
+
+    def __init__(self) -> None:
+        self.info: Any = None
+
+    def noticed(self, step: int) -> bool:
+        self.info = ray.train.get_preemption_info()
+        return self.info is not None
+
+    def hold(self, step: int) -> None:
+        if ray.train.get_context().get_world_rank() == 0:
+            info = self.info
+            left = ("no deadline" if info.deadline_ms is None
+                    else f"deadline in {info.deadline_ms / 1000 - time.time():.0f} s")
+            log.warning("step %d: drain notice for node %s (ranks %s, %s): checkpoint of step %d committed; "
+                        "waiting for Ray Train to restart the group without that node", step,
+                        ", ".join(n[:8] for n in info.preempted_node_ids), info.preempted_ranks, left, step)
+        while True:  # ended by the controller, which stops these workers
+            time.sleep(1.0)
+
+
 class RayCheckpointStore:
     """Checkpoints reported to Ray Train, which copies them to storage_path/<run name>/step-N.
 
@@ -128,7 +155,8 @@ def _worker(payload: dict[str, Any]) -> dict[str, Any]:
         resume_dir = Path(ckpt_dir) if ckpt_dir else None
         if spec.resumable and (resume_dir is not None or config.resume in ("latest", "auto")):
             config = dataclasses.replace(config, resume=None)  # Ray's checkpoint is the one to resume from
-        worker = Worker(device, RayCheckpointStore() if spec.resumable else None, resume_dir, payload["hooks"])
+        worker = Worker(device, RayCheckpointStore() if spec.resumable else None, resume_dir, payload["hooks"],
+                        RayPreemption() if spec.resumable else None)
         return spec.work(config, payload["plan"], tracker, worker)
 
 
@@ -179,8 +207,9 @@ def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: 
     A BertPipelineError raised on a worker comes back as one (the user's mistake, said once)."""
     connect(local_cpus=max(job.num_workers, os.cpu_count() or 1))  # locally, enough CPUs for one worker each
     env = worker_env()
-    watch = WorkerGroupWatch(job.step, max(1, job.min_workers or job.num_workers), job.resources(),
-                             job.placement_timeout, payload.get("tracking_uri"), payload.get("mlflow_run_id"))
+    low = max(1, job.min_workers or job.num_workers)
+    watch = WorkerGroupWatch(job.step, low, job.resources(), job.placement_timeout, payload.get("tracking_uri"),
+                             payload.get("mlflow_run_id"), elastic=low < job.num_workers)
     trainer = TorchTrainer(
         worker,
         train_loop_config=payload,

@@ -33,7 +33,8 @@ CHECKPOINTS = "checkpoints and logging"
 # The worker count is one of them: the steps do not depend on it (bert_core/pretrain/stream.py).
 LAUNCH_FIELDS = ("resume", "tracking", "tracking_uri", "storage", "max_failures", "run_name", "overwrite",
                  "log_interval", "keep_checkpoints", "ckpt_dir", "ckpt_interval", "progress",
-                 "watch_fraction", "num_workers", "placement_timeout", "resize_interval")
+                 "watch_fraction", "num_workers", "placement_timeout", "resize_interval",
+                 "preemption_check_interval")
 
 
 @dataclass(kw_only=True)
@@ -106,6 +107,10 @@ class PretrainConfig(TrackingConfig, RayTrainConfig, OptimizerConfig):
         "Ray or the cluster at RAY_ADDRESS, given in its GCS form host:6379", group=RAY)
     resize_interval: float = option(60.0, "with --num-workers MIN:MAX: how often (seconds) a running group checks "
                                     "whether more workers can be placed, and grows if so", group=RAY)
+    preemption_check_interval: int = option(
+        1, "on Ray: every N steps, ask Ray Train whether a node of the group got a drain notice (a spot or "
+        "preemption notice: `ray drain-node`, or the cloud's through the autoscaler); if so, checkpoint at once and "
+        "wait for the group to be restarted without that node, so no step is lost", group=RAY)
     max_failures: int = option(0, "restart the workers from the last checkpoint up to K times after a failure; "
                                "-1: always", group=RAY)
     run_name: str | None = option(None, "Ray run name under --storage", group=RAY,
@@ -123,7 +128,7 @@ class PretrainConfig(TrackingConfig, RayTrainConfig, OptimizerConfig):
                                     "--pretrained DIR (start from those weights)")
         if (self.num_steps is None) == (self.epochs is None):
             raise BertPipelineError("give exactly one of --num-steps and --epochs")
-        for name in ("batch_size", "log_interval", "num_buckets"):
+        for name in ("batch_size", "log_interval", "num_buckets", "preemption_check_interval"):
             if getattr(self, name) < 1:
                 raise BertPipelineError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         for name in ("num_steps", "epochs"):

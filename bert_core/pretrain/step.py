@@ -66,7 +66,7 @@ from bert_core.train.checkpointing import (
 from bert_core.train.loop import optimizer_step
 from bert_core.train.optim import build_optimizer, build_scheduler
 from bert_core.train.precision import Precision
-from bert_core.train.step_spec import Plan, StepHook, StepSpec, Worker
+from bert_core.train.step_spec import Plan, Preemption, StepHook, StepSpec, Worker
 
 log = logging.getLogger(__name__)
 
@@ -278,11 +278,14 @@ def check_architecture(directory: Path, model_config: BertConfig) -> None:
 
 def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: torch.device | None = None,
              store: CheckpointStore | None = None, resume_dir: Path | None = None,
-             hooks: Sequence[StepHook] = (), inputs: dict[str, str] | None = None) -> dict[str, Any]:
+             hooks: Sequence[StepHook] = (), inputs: dict[str, str] | None = None,
+             preemption: Preemption | None = None) -> dict[str, Any]:
     """Run (or continue) pretraining; returns the output manifest (on every worker).
 
     `inputs`: the input hashes when a launcher already checked the inputs and the output (its Plan);
-    otherwise rank 0 does it here. `hooks` are called after every optimizer step (StepHook)."""
+    otherwise rank 0 does it here. `hooks` are called after every optimizer step (StepHook). `preemption`:
+    asked after every --preemption-check-interval steps whether a node got a drain notice; then a
+    checkpoint is saved at once and the workers hold until the launcher restarts the group without it."""
     config.validate()
     started = manifest.now()
     rank, world = dist.rank(), dist.world_size()
@@ -397,9 +400,16 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
                 _watch_check(watch, step, tracker, heldout)
             for hook in hooks:
                 hook(step, resumed_from is not None)
-            if config.ckpt_interval and step % config.ckpt_interval == 0 and step < total_steps:
+            saved = bool(config.ckpt_interval and step % config.ckpt_interval == 0 and step < total_steps)
+            if saved:
                 _save_checkpoint(ckpt_store, step, model, optimizer, scheduler, precision, stream, config,
                                  total_steps, stream_cfg, world, metrics_from(values))
+            if (preemption is not None and step < total_steps and step % config.preemption_check_interval == 0
+                    and preemption.noticed(step)):
+                if not saved:  # just in time: the restarted group continues from this very step
+                    _save_checkpoint(ckpt_store, step, model, optimizer, scheduler, precision, stream, config,
+                                     total_steps, stream_cfg, world, metrics_from(values))
+                preemption.hold(step)
     finally:
         bar.close()
 
@@ -574,7 +584,7 @@ def _experiment(config: PretrainConfig) -> str:
 
 def _work(config: PretrainConfig, plan: Plan, tracker: Tracker, worker: Worker) -> dict[str, Any]:
     return pretrain(config, tracker, device=worker.device, store=worker.store, resume_dir=worker.resume_dir,
-                    hooks=worker.hooks, inputs=plan.inputs)
+                    hooks=worker.hooks, inputs=plan.inputs, preemption=worker.preemption)
 
 
 # How bert_core.launch runs pretraining, in this process or on Ray Train.
