@@ -351,9 +351,13 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     ddp_model = dist.wrap_ddp(model, device)
 
     params = {**config.result_config(), "model_config": model_config.to_hf_dict(), "total_steps": total_steps,
-              "world_size": world, "global_batch_size": config.batch_size * config.accumulate,
+              "global_batch_size": config.batch_size * config.accumulate,
               "optimizer": recipe.optimizer, "lr": recipe.lr, "warmup_ratio": recipe.warmup_ratio,
               "recipe_chosen_by_rule": ",".join(recipe.chosen) or "none"}
+    if resumed_from is None:
+        # The starting world size; a restarted group may have another (MLflow params cannot change: the
+        # launcher records each resize as the metric world_size and a tag).
+        params["world_size"] = world
     tracker.log_params(params)
     tracker.set_tags({**standard_tags(data_sha), **({"resumed_from": resumed_from} if resumed_from else {})})
     for path in list(shards.manifests) + (list(eval_shards.manifests) if eval_shards else []):

@@ -225,11 +225,15 @@ def test_drain_notice_loses_no_step(cluster, s3_env):
     _assert_same_weights(_weights(config.output), reference)
 
 
-def test_node_killed_without_notice_shrinks_and_redoes_only_steps_since_the_checkpoint(cluster, s3_env):
+def test_node_killed_without_notice_shrinks_and_redoes_only_steps_since_the_checkpoint(cluster, s3_env, tmp_path,
+                                                                                      monkeypatch):
     make, reference = s3_env
     name = "killed"
     records, signal_uri = f"s3://{BUCKET}/{name}/steps", f"s3://{BUCKET}/{name}/signal.json"
-    config = make(name, run_name="killed")
+    # MLflow on a local SQLite file: one machine here; a real cluster uses a tracking server.
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
+    config = make(name, run_name="killed", tracking=True)
 
     def kill_raylet(record: dict) -> None:
         cluster.kill_raylet(cluster.name_of(record["node_id"]))
@@ -247,3 +251,11 @@ def test_node_killed_without_notice_shrinks_and_redoes_only_steps_since_the_chec
     assert result["training"]["world_size"] == 1
     assert time.monotonic() - started < 150
     _assert_same_weights(_weights(config.output), reference)
+    # The resize is in the run's MLflow record: the world size by step and one readable line.
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}")
+    history = client.get_metric_history(result["mlflow_run_id"], "world_size")
+    assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.timestamp)] == [(0, 2.0), (10, 1.0)]
+    line = client.get_run(result["mlflow_run_id"]).data.tags["resize.1"]
+    assert line.startswith("pretrain step 10: world size 2 -> 1 (worker rank 1 failed: "), line
