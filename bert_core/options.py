@@ -60,7 +60,13 @@ def option_default(field: dataclasses.Field) -> Any:
 
 def option_type(field: dataclasses.Field) -> tuple[str, bool]:
     """('int', True) for `int | None`: the base type's name and whether None is allowed (annotations are
-    strings under `from __future__ import annotations`)."""
+    strings under `from __future__ import annotations`). For a union (`int | str`) the first type."""
+    kinds, nullable = option_types(field)
+    return kinds[0], nullable
+
+
+def option_types(field: dataclasses.Field) -> tuple[list[str], bool]:
+    """(['int', 'str'], False) for `int | str`: every base type's name and whether None is allowed."""
     text = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
     parts = [p.strip() for p in text.split("|")]
-    return next((p for p in parts if p != "None"), "str"), "None" in parts
+    return [p for p in parts if p != "None"] or ["str"], "None" in parts

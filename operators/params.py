@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bert_core.errors import BertPipelineError
-from bert_core.options import option_default, option_type
+from bert_core.options import option_default, option_types
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +34,8 @@ def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, An
             raise BertPipelineError(f"{config_cls.__name__} has no field {name!r}")
         field = fields[name]
         meta = field.metadata
-        base, nullable = option_type(field)
-        kind = _JSON_TYPES.get(base, "string")
+        bases, nullable = option_types(field)
+        kinds = list(dict.fromkeys(_JSON_TYPES.get(base, "string") for base in bases))
         library_default = option_default(field)
         library_default = None if library_default is dataclasses.MISSING else library_default
         default = defaults.get(name, library_default)
@@ -49,7 +49,8 @@ def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, An
             description += f" (Library default: {shown}.)"
         if notes and name in notes:
             description += f" {notes[name]}"
-        schema: dict[str, Any] = {"type": [kind, "null"] if nullable else kind}
+        types = kinds + ["null"] if nullable else kinds
+        schema: dict[str, Any] = {"type": types if len(types) > 1 else types[0]}
         if meta.get("choices") is not None:
             schema["enum"] = list(meta["choices"]) + ([None] if nullable else [])
         params[prefix + name] = Param(default, description=description[:1].upper() + description[1:], **schema)

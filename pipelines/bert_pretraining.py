@@ -26,7 +26,8 @@ SHARD_SETTINGS = ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob",
 PRETRAIN_SETTINGS = ("model", "pretrained", "num_steps", "batch_size", "accumulate", "optimizer", "lr",
                      "warmup_ratio", "weight_decay", "adam_eps", "max_grad_norm", "dtype", "seed", "num_buckets",
                      "use_avg_len", "eval_interval", "eval_max_batches", "watch_fraction", "ckpt_interval",
-                     "keep_checkpoints", "num_workers", "use_gpu", "storage", "max_failures")
+                     "keep_checkpoints", "num_workers", "use_gpu", "storage", "max_failures", "placement_timeout",
+                     "resize_interval", "preemption_check_interval")
 # A first run on the bundled corpus finishes in minutes; the promotion gate needs held-out documents.
 DAG_DEFAULTS = {"model": "bert_2_128_2", "num_steps": 100, "batch_size": 64, "num_workers": 2,
                 "holdout_fraction": 0.05}

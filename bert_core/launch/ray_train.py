@@ -1,7 +1,9 @@
 """Run a training step (pretraining, fine-tuning: a `StepSpec`) on Ray Train V2: a TorchTrainer with one
 worker per GPU (or CPU process), DDP over NCCL (GPU) or gloo (CPU), checkpoints persisted to
 RunConfig(storage_path) so every node sees them, and FailureConfig(max_failures) restarting the worker
-group from the last checkpoint.
+group from the last checkpoint. `--num-workers MIN:MAX` makes the group elastic (Ray Train's
+ScalingConfig(num_workers=(MIN, MAX))): it starts once MIN workers can be placed, grows when nodes join and
+shrinks when they leave; bert_core.launch.ray_elastic logs each resize and bounds the wait for placement.
 
 This is the only module that starts Ray Train. The driver (bert_core.launch.run.run_step, from the CLI, an
 Airflow task or a `ray job submit` entrypoint) has checked the inputs (the step's Plan) and opened the MLflow
@@ -44,6 +46,7 @@ from bert_core.errors import BertPipelineError
 from bert_core.io import storage
 from bert_core.io.tracking import NullTracker, Tracker, build_tracker, pipeline_home
 from bert_core.launch.ray_cluster import connect, worker_env
+from bert_core.launch.ray_elastic import WorkerGroupWatch
 from bert_core.train.checkpointing import step_dir_name
 from bert_core.train.step_spec import Plan, StepHook, StepSpec, Worker
 
@@ -80,6 +83,33 @@ def absolutize(spec: StepSpec, config: Any) -> Any:
     changes = {f: _absolute(getattr(config, f)) for f in spec.path_fields}
     changes.update({f: _absolute(getattr(config, f), only_existing=True) for f in spec.name_fields})
     return dataclasses.replace(config, **changes)
+
+
+class RayPreemption:
+    """Drain notices from Ray Train's preemption watcher (bert_core.train.step_spec.Preemption).
+
+    `ray.train.get_preemption_info()` is a barrier across the workers, so every worker asks after the same
+    steps. After the just-in-time checkpoint the workers hold: Ray Train's controller restarts the group (from
+    that checkpoint) when the drained node goes or its deadline passes (FailureConfig.preemption_grace_s later),
+    charged to FailureConfig.max_preemption_failures (default: unlimited), not to --max-failures."""
+
+    def __init__(self) -> None:
+        self.info: Any = None
+
+    def noticed(self, step: int) -> bool:
+        self.info = ray.train.get_preemption_info()
+        return self.info is not None
+
+    def hold(self, step: int) -> None:
+        if ray.train.get_context().get_world_rank() == 0:
+            info = self.info
+            left = ("no deadline" if info.deadline_ms is None
+                    else f"deadline in {info.deadline_ms / 1000 - time.time():.0f} s")
+            log.warning("step %d: drain notice for node %s (ranks %s, %s): checkpoint of step %d committed; "
+                        "waiting for Ray Train to restart the group without that node", step,
+                        ", ".join(n[:8] for n in info.preempted_node_ids), info.preempted_ranks, left, step)
+        while True:  # ended by the controller, which stops these workers
+            time.sleep(1.0)
 
 
 class RayCheckpointStore:
@@ -125,7 +155,8 @@ def _worker(payload: dict[str, Any]) -> dict[str, Any]:
         resume_dir = Path(ckpt_dir) if ckpt_dir else None
         if spec.resumable and (resume_dir is not None or config.resume in ("latest", "auto")):
             config = dataclasses.replace(config, resume=None)  # Ray's checkpoint is the one to resume from
-        worker = Worker(device, RayCheckpointStore() if spec.resumable else None, resume_dir, payload["hooks"])
+        worker = Worker(device, RayCheckpointStore() if spec.resumable else None, resume_dir, payload["hooks"],
+                        RayPreemption() if spec.resumable else None)
         return spec.work(config, payload["plan"], tracker, worker)
 
 
@@ -134,6 +165,7 @@ def _root_error(exc: BaseException) -> BaseException:
     failures = getattr(exc, "worker_failures", None)
     if failures:
         exc = failures[min(failures)]
+    exc = getattr(exc, "controller_failure", None) or exc
     while getattr(exc, "cause", None) is not None and exc.cause is not exc:
         exc = exc.cause
     return exc
@@ -143,10 +175,27 @@ def _root_error(exc: BaseException) -> BaseException:
 class _Job:
     name: str  # the Ray run's name under storage
     storage: str
-    num_workers: int
+    num_workers: int  # the most workers (MAX of an elastic range)
     use_gpu: bool
     max_failures: int = 0
     keep_checkpoints: int | None = None
+    min_workers: int | None = None  # below num_workers: an elastic group
+    placement_timeout: float = 300.0
+    resize_interval: float = 60.0
+    step: str = "train"
+
+    def scaling(self) -> ScalingConfig:
+        low = max(1, self.min_workers or self.num_workers)
+        high = max(1, self.num_workers)
+        return ScalingConfig(num_workers=(low, high) if low < high else high, use_gpu=self.use_gpu,
+                             resources_per_worker=self.resources(), elastic_resize_monitor_interval_s=self.resize_interval)
+
+    def resources(self) -> dict[str, float]:
+        return {"GPU": 1.0} if self.use_gpu else {"CPU": 1.0}
+
+    def describe(self) -> str:
+        low = max(1, self.min_workers or self.num_workers)
+        return f"{low} to {self.num_workers} workers (elastic)" if low < self.num_workers else f"{self.num_workers} worker(s)"
 
 
 def _tracking_payload(tracker: Tracker) -> dict[str, Any]:
@@ -158,19 +207,23 @@ def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: 
     A BertPipelineError raised on a worker comes back as one (the user's mistake, said once)."""
     connect(local_cpus=max(job.num_workers, os.cpu_count() or 1))  # locally, enough CPUs for one worker each
     env = worker_env()
+    low = max(1, job.min_workers or job.num_workers)
+    watch = WorkerGroupWatch(job.step, low, job.resources(), job.placement_timeout, payload.get("tracking_uri"),
+                             payload.get("mlflow_run_id"), elastic=low < job.num_workers)
     trainer = TorchTrainer(
         worker,
         train_loop_config=payload,
-        scaling_config=ScalingConfig(num_workers=max(1, job.num_workers), use_gpu=job.use_gpu),
+        scaling_config=job.scaling(),
         run_config=RunConfig(
             name=job.name,
             storage_path=job.storage,
             failure_config=FailureConfig(max_failures=job.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=job.keep_checkpoints),
             worker_runtime_env={"env_vars": env},
+            callbacks=[watch],
         ),
     )
-    log.info("Ray Train: %d worker(s)%s, run %r under %s", job.num_workers, " on GPUs" if job.use_gpu else "",
+    log.info("Ray Train: %s%s, run %r under %s", job.describe(), " on GPUs" if job.use_gpu else "",
              job.name, job.storage)
     try:
         result = trainer.fit()
@@ -204,6 +257,9 @@ def fit(spec: StepSpec, config: Any, plan: Plan, tracker: Tracker, name: str,
     into `tracker`'s run, which stays open. Returns the output manifest."""
     payload = {"spec": spec, "config": dataclasses.asdict(config), "plan": plan, "hooks": tuple(hooks),
                **_tracking_payload(tracker)}
-    job = _Job(name, storage_path(config), config.num_workers, config.use_gpu,
-               getattr(config, "max_failures", 0), getattr(config, "keep_checkpoints", 0) or None)
+    low, high = config.workers()
+    job = _Job(name, storage_path(config), high, config.use_gpu, getattr(config, "max_failures", 0),
+               getattr(config, "keep_checkpoints", 0) or None, min_workers=low,
+               placement_timeout=config.placement_timeout, resize_interval=getattr(config, "resize_interval", 60.0),
+               step=spec.name)
     return _fit(_worker, payload, job)

@@ -20,6 +20,7 @@ from bert_core.train.config import (
     OptimizerConfig,
     RayTrainConfig,
     TrackingConfig,
+    worker_range,
 )
 
 DATA = "data"
@@ -29,9 +30,11 @@ CHECKPOINTS = "checkpoints and logging"
 
 # Settings that change how a run is executed or observed, not what it computes: kept out of the
 # manifest's `config`, so re-running with e.g. --resume or another tracking URI is still a no-op.
+# The worker count is one of them: the steps do not depend on it (bert_core/pretrain/stream.py).
 LAUNCH_FIELDS = ("resume", "tracking", "tracking_uri", "storage", "max_failures", "run_name", "overwrite",
                  "log_interval", "keep_checkpoints", "ckpt_dir", "ckpt_interval", "progress",
-                 "watch_fraction")
+                 "watch_fraction", "num_workers", "placement_timeout", "resize_interval",
+                 "preemption_check_interval")
 
 
 @dataclass(kw_only=True)
@@ -62,8 +65,9 @@ class PretrainConfig(TrackingConfig, RayTrainConfig, OptimizerConfig):
                          group=MODEL, metavar="DIR_OR_URI")
     overwrite: bool = option(False, "replace --output if it holds something else", group=MODEL)
 
-    batch_size: int = option(DEFAULT_BATCH_SIZE, "sequences (tokens with --use-avg-len) per micro-batch, all workers together: "
-                             "each worker takes --batch-size / --num-workers", group=OPTIMIZATION)
+    batch_size: int = option(DEFAULT_BATCH_SIZE, "sequences (tokens with --use-avg-len) per micro-batch, all workers together, "
+                             "whatever their number: each worker takes its share (1 more on some when it does not "
+                             "divide evenly)", group=OPTIMIZATION)
     num_steps: int | None = option(None, "number of optimizer steps", group=OPTIMIZATION, exclusive="length")
     epochs: int | None = option(None, "number of passes over the training shards", group=OPTIMIZATION,
                                 exclusive="length")
@@ -96,10 +100,27 @@ class PretrainConfig(TrackingConfig, RayTrainConfig, OptimizerConfig):
                                    group=CHECKPOINTS)
     progress: bool = option(True, "no progress bar", group=CHECKPOINTS, negate="--no-progress")
 
+    num_workers: int | str = option(
+        1, "training workers (one per GPU with --use-gpu), or MIN:MAX for an elastic group that starts once MIN can "
+        "be placed, grows to MAX as nodes join and shrinks when nodes leave (the steps are the same for any number "
+        "of workers). 0 or 1: in this process (1 runs on Ray when RAY_ADDRESS is set); more: Ray Train on the local "
+        "Ray or the cluster at RAY_ADDRESS, given in its GCS form host:6379", group=RAY)
+    resize_interval: float = option(60.0, "with --num-workers MIN:MAX: how often (seconds) a running group checks "
+                                    "whether more workers can be placed, and grows if so", group=RAY)
+    preemption_check_interval: int = option(
+        1, "on Ray: every N steps, ask Ray Train whether a node of the group got a drain notice (a spot or "
+        "preemption notice: `ray drain-node`, or the cloud's through the autoscaler); if so, checkpoint at once and "
+        "wait for the group to be restarted without that node, so no step is lost", group=RAY)
     max_failures: int = option(0, "restart the workers from the last checkpoint up to K times after a failure; "
                                "-1: always", group=RAY)
     run_name: str | None = option(None, "Ray run name under --storage", group=RAY,
                                   default_help="derived from --output")
+
+    def __post_init__(self) -> None:
+        # "4" (a Param typed as a string, a YAML value) means 4; "2:2" is not elastic either.
+        low, high = worker_range(self.num_workers)
+        if low == high:
+            self.num_workers = high
 
     def validate(self) -> None:
         if (self.model is None) == (self.pretrained is None):
@@ -107,7 +128,7 @@ class PretrainConfig(TrackingConfig, RayTrainConfig, OptimizerConfig):
                                     "--pretrained DIR (start from those weights)")
         if (self.num_steps is None) == (self.epochs is None):
             raise BertPipelineError("give exactly one of --num-steps and --epochs")
-        for name in ("batch_size", "log_interval", "num_buckets"):
+        for name in ("batch_size", "log_interval", "num_buckets", "preemption_check_interval"):
             if getattr(self, name) < 1:
                 raise BertPipelineError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         for name in ("num_steps", "epochs"):
@@ -119,9 +140,8 @@ class PretrainConfig(TrackingConfig, RayTrainConfig, OptimizerConfig):
         for name in ("ckpt_interval", "eval_interval", "eval_max_batches", "max_failures"):
             if getattr(self, name) < 0 and not (name == "max_failures" and getattr(self, name) == -1):
                 raise BertPipelineError(f"--{name.replace('_', '-')} must not be negative")
-        if self.num_workers > 1 and self.batch_size % self.num_workers:
-            raise BertPipelineError(f"--batch-size {self.batch_size} is the batch of all {self.num_workers} workers "
-                                    f"together: give a multiple of {self.num_workers}")
+        if not self.resize_interval > 0:
+            raise BertPipelineError(f"--resize-interval must be positive, got {self.resize_interval}")
         self.check_workers()
         self.check_optimization()
 

@@ -66,7 +66,7 @@ from bert_core.train.checkpointing import (
 from bert_core.train.loop import optimizer_step
 from bert_core.train.optim import build_optimizer, build_scheduler
 from bert_core.train.precision import Precision
-from bert_core.train.step_spec import Plan, StepHook, StepSpec, Worker
+from bert_core.train.step_spec import Plan, Preemption, StepHook, StepSpec, Worker
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,8 @@ MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask", "masked_lm_posi
 def forward_sums(model: torch.nn.Module, batch: dict[str, torch.Tensor],
                  precision: Precision) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(MLM loss sum weighted by masked_lm_weights, NSP loss sum, detached statistics vector)."""
+    if not len(batch["next_sentence_labels"]):
+        return _empty_share(model, batch, precision)
     with precision.autocast():
         out = model(**{k: batch[k] for k in MODEL_INPUTS})
     logits = out.prediction_logits.float()  # [B, P, V]: the decoder ran only at the masked positions
@@ -117,6 +119,23 @@ def forward_sums(model: torch.nn.Module, batch: dict[str, torch.Tensor],
             batch["attention_mask"].sum().float(),
         ])
     return mlm, nsp, stats
+
+
+def _empty_share(model: torch.nn.Module, batch: dict[str, torch.Tensor],
+                 precision: Precision) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Zero sums for a worker whose share of a global batch is empty (more workers than rows).
+
+    The worker must still run a forward and backward through every parameter: DDP all-reduces the
+    gradients during backward, and the other workers wait for this one's. A one-token placeholder
+    times zero gives exact zero gradients and adds nothing to the global sums.
+    """
+    device = batch["input_ids"].device
+    one = torch.ones((1, 1), dtype=torch.long, device=device)
+    with precision.autocast():
+        out = model(input_ids=one, token_type_ids=torch.zeros_like(one), attention_mask=one,
+                    masked_lm_positions=torch.zeros_like(one))
+    zero = (out.prediction_logits.float().sum() + out.seq_relationship_logits.float().sum()) * 0.0
+    return zero, zero, torch.zeros(NUM_STATS, device=device)
 
 
 def metrics_from(stats: Iterable[float]) -> dict[str, float]:
@@ -259,11 +278,14 @@ def check_architecture(directory: Path, model_config: BertConfig) -> None:
 
 def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: torch.device | None = None,
              store: CheckpointStore | None = None, resume_dir: Path | None = None,
-             hooks: Sequence[StepHook] = (), inputs: dict[str, str] | None = None) -> dict[str, Any]:
+             hooks: Sequence[StepHook] = (), inputs: dict[str, str] | None = None,
+             preemption: Preemption | None = None) -> dict[str, Any]:
     """Run (or continue) pretraining; returns the output manifest (on every worker).
 
     `inputs`: the input hashes when a launcher already checked the inputs and the output (its Plan);
-    otherwise rank 0 does it here. `hooks` are called after every optimizer step (StepHook)."""
+    otherwise rank 0 does it here. `hooks` are called after every optimizer step (StepHook). `preemption`:
+    asked after every --preemption-check-interval steps whether a node got a drain notice; then a
+    checkpoint is saved at once and the workers hold until the launcher restarts the group without it."""
     config.validate()
     started = manifest.now()
     rank, world = dist.rank(), dist.world_size()
@@ -302,7 +324,7 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
                   or recorded_vocab(shards))
     model.to(device)
 
-    stream_cfg = StreamConfig(worker_batch(config, world), config.seed, config.num_buckets, config.use_avg_len)
+    stream_cfg = StreamConfig(config.batch_size, config.seed, config.num_buckets, config.use_avg_len)
     stream = PretrainStream(shards, stream_cfg, rank, world, model_config.vocab_size)
     total_steps = _total_steps(config, stream)
     recipe = run_recipe(config, model_config, stream_cfg, world, shards, total_steps)
@@ -329,9 +351,13 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     ddp_model = dist.wrap_ddp(model, device)
 
     params = {**config.result_config(), "model_config": model_config.to_hf_dict(), "total_steps": total_steps,
-              "world_size": world, "global_batch_size": config.batch_size * config.accumulate,
+              "global_batch_size": config.batch_size * config.accumulate,
               "optimizer": recipe.optimizer, "lr": recipe.lr, "warmup_ratio": recipe.warmup_ratio,
               "recipe_chosen_by_rule": ",".join(recipe.chosen) or "none"}
+    if resumed_from is None:
+        # The starting world size; a restarted group may have another (MLflow params cannot change: the
+        # launcher records each resize as the metric world_size and a tag).
+        params["world_size"] = world
     tracker.log_params(params)
     tracker.set_tags({**standard_tags(data_sha), **({"resumed_from": resumed_from} if resumed_from else {})})
     for path in list(shards.manifests) + (list(eval_shards.manifests) if eval_shards else []):
@@ -378,9 +404,16 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
                 _watch_check(watch, step, tracker, heldout)
             for hook in hooks:
                 hook(step, resumed_from is not None)
-            if config.ckpt_interval and step % config.ckpt_interval == 0 and step < total_steps:
+            saved = bool(config.ckpt_interval and step % config.ckpt_interval == 0 and step < total_steps)
+            if saved:
                 _save_checkpoint(ckpt_store, step, model, optimizer, scheduler, precision, stream, config,
                                  total_steps, stream_cfg, world, metrics_from(values))
+            if (preemption is not None and step < total_steps and step % config.preemption_check_interval == 0
+                    and preemption.noticed(step)):
+                if not saved:  # just in time: the restarted group continues from this very step
+                    _save_checkpoint(ckpt_store, step, model, optimizer, scheduler, precision, stream, config,
+                                     total_steps, stream_cfg, world, metrics_from(values))
+                preemption.hold(step)
     finally:
         bar.close()
 
@@ -411,14 +444,6 @@ def _global_sequences(config: PretrainConfig, stream_cfg: StreamConfig, world: i
     if stream_cfg.use_avg_len:
         per_batch = max(1, config.batch_size // shards.header(0)[1])
     return per_batch * config.accumulate
-
-
-def worker_batch(config: PretrainConfig, world: int) -> int:
-    """--batch-size is the batch of all workers together (as in fine-tuning): each worker's share."""
-    if config.batch_size % world:
-        raise BertPipelineError(f"--batch-size {config.batch_size} is the batch of all {world} workers together: "
-                                f"give a multiple of {world}")
-    return config.batch_size // world
 
 
 def run_recipe(config: PretrainConfig, model_config: BertConfig, stream_cfg: StreamConfig, world: int,
@@ -468,7 +493,8 @@ def _log_interval(tracker: Tracker, bar: tqdm, interval: _Interval, result, step
 def _evaluate(config: PretrainConfig, model: torch.nn.Module, shards: ShardSet, precision: Precision,
               device: torch.device, rank: int, world: int, train_fallback: bool = False) -> dict[str, float]:
     _, seq_len, _ = shards.header(0)
-    per_worker = worker_batch(config, world)
+    # Evaluation sums are all-reduced, so the per-worker batch only sets memory: about a worker's share.
+    per_worker = -(-config.batch_size // world)
     batch = max(1, per_worker // seq_len) if config.use_avg_len else per_worker
     limit = config.eval_max_batches or (TRAIN_DATA_EVAL_BATCHES if train_fallback else 0)
     batches = eval_batches(shards, batch, rank, world, max_batches=limit, vocab_size=model.config.vocab_size)
@@ -486,7 +512,7 @@ def _save_checkpoint(store: CheckpointStore, step: int, model: BertForPreTrainin
             "format": 1, "step": step, "total_steps": total_steps,
             "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
             "scaler": precision.state_dict(), "rng": rng, "data_position": stream.position(),
-            "data": {"global_batch_size": stream_cfg.batch_size * world, "num_buckets": stream_cfg.num_buckets,
+            "data": {"global_batch_size": stream_cfg.batch_size, "num_buckets": stream_cfg.num_buckets,
                      "use_avg_len": stream_cfg.use_avg_len, "seed": stream_cfg.seed},
             "config": json.loads(json.dumps(dataclasses.asdict(config), default=str)),
         })
@@ -511,7 +537,7 @@ def _load_checkpoint(directory: Path, model: BertForPreTraining, optimizer, sche
         log.warning("%s: the run was planned for %d steps, now %d: the LR schedule changes from here",
                     directory, state["total_steps"], total_steps)
     data = state["data"]
-    now = {"global_batch_size": stream_cfg.batch_size * world, "num_buckets": stream_cfg.num_buckets,
+    now = {"global_batch_size": stream_cfg.batch_size, "num_buckets": stream_cfg.num_buckets,
            "use_avg_len": stream_cfg.use_avg_len, "seed": stream_cfg.seed}
     if data != now:
         log.warning("%s: data settings changed (%s -> %s): the data order will not continue exactly",
@@ -562,7 +588,7 @@ def _experiment(config: PretrainConfig) -> str:
 
 def _work(config: PretrainConfig, plan: Plan, tracker: Tracker, worker: Worker) -> dict[str, Any]:
     return pretrain(config, tracker, device=worker.device, store=worker.store, resume_dir=worker.resume_dir,
-                    hooks=worker.hooks, inputs=plan.inputs)
+                    hooks=worker.hooks, inputs=plan.inputs, preemption=worker.preemption)
 
 
 # How bert_core.launch runs pretraining, in this process or on Ray Train.

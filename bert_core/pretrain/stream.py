@@ -3,8 +3,10 @@
 Design:
 - One global stream of *global* batches (the batch of all workers together) that depends only on
   (seed, epoch, global batch size, bucketing), never on the number of workers: worker r of W takes
-  the r-th contiguous W-th of each global batch. So 2 workers x batch B see exactly what 1 worker x
-  batch 2B sees, and a run can resume on a different number of workers at the same data position.
+  the r-th contiguous share of each global batch, split as np.array_split does (the first
+  len % W workers take one row more; a worker's share may be empty when a batch has fewer rows
+  than workers). So 2 or 3 workers see exactly the rows 1 worker sees, and a run can resume (or an
+  elastic group resize) to any number of workers at the same data position.
   Every worker reads every shard it needs (a shard is a few MB against minutes of compute) but
   only materialises its own rows.
 - Per epoch the shard order is shuffled with (seed, epoch); inside a shard the instances are shuffled
@@ -15,7 +17,7 @@ Design:
   shard (the bounded buffer: < num_buckets global batches); what remains at the end of an epoch
   is dropped (a different remainder every epoch).
 - With --use-avg-len the batch size counts tokens: a bucket with key length L gets
-  floor(batch_size * W / L) sequences per global batch (a multiple of W, at least W).
+  floor(batch_size / L) sequences per global batch (at least 1), whatever the number of workers.
 - Memory: one shard's arrays at a time plus the carried rows. The batch plan only needs each shard's
   `valid_lengths`, so counting an epoch's batches and skipping to a resume position read no token data.
 - Each batch is trimmed to its longest sequence and its largest number of real predictions.
@@ -207,7 +209,7 @@ def check_vocab(shards: ShardSet, vocab_size: int) -> None:
 
 @dataclass(frozen=True)
 class StreamConfig:
-    batch_size: int  # per worker: sequences, or tokens with use_avg_len
+    batch_size: int  # of all workers together (the global batch): sequences, or tokens with use_avg_len
     seed: int = 0
     num_buckets: int = 1
     use_avg_len: bool = False
@@ -224,18 +226,26 @@ def bucket_keys(max_seq_length: int, num_buckets: int) -> np.ndarray:
     return np.array([math.ceil(max_seq_length * (i + 1) / num_buckets) for i in range(num_buckets)])
 
 
-def global_batch_size(cfg: StreamConfig, world: int, key_len: int) -> int:
+def global_batch_size(cfg: StreamConfig, key_len: int) -> int:
+    """Sequences per global batch of a bucket with key length `key_len`: never depends on the worker count."""
     if not cfg.use_avg_len:
-        return cfg.batch_size * world
-    per_global = (cfg.batch_size * world) // max(1, key_len)
-    return max(world, per_global // world * world)
+        return cfg.batch_size
+    return max(1, cfg.batch_size // max(1, key_len))
+
+
+def worker_share(num_rows: int, rank: int, world: int) -> slice:
+    """Worker `rank`'s contiguous rows of a global batch of `num_rows`, split as np.array_split does:
+    the first num_rows % world workers take one row more; a share is empty when num_rows < world."""
+    per, extra = divmod(num_rows, world)
+    start = rank * per + min(rank, extra)
+    return slice(start, start + per + (rank < extra))
 
 
 class _Planner:
     """The deterministic sequence of global batches of one epoch, as (shard index, row) pairs."""
 
-    def __init__(self, shards: ShardSet, cfg: StreamConfig, world: int, epoch: int):
-        self.shards, self.cfg, self.world, self.epoch = shards, cfg, world, epoch
+    def __init__(self, shards: ShardSet, cfg: StreamConfig, epoch: int):
+        self.shards, self.cfg, self.epoch = shards, cfg, epoch
         self.order = np.random.default_rng([cfg.seed, epoch]).permutation(len(shards))
         self.pending: list[np.ndarray] = [np.zeros((0, 2), np.int64) for _ in range(cfg.num_buckets)]
 
@@ -259,7 +269,7 @@ class _Planner:
                 rows = perm[bucket_of == b]
                 items = np.stack([np.full(len(rows), shard), rows], axis=1)
                 pool = np.concatenate([self.pending[b], items])
-                size = global_batch_size(cfg, self.world, int(keys[b]))
+                size = global_batch_size(cfg, int(keys[b]))
                 full = len(pool) // size
                 batches.extend(pool[i * size:(i + 1) * size] for i in range(full))
                 self.pending[b] = pool[full * size:]
@@ -276,12 +286,12 @@ class _Planner:
 def make_batch(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     """Stacked shard rows -> model inputs, trimmed to the longest sequence and the most predictions."""
     lengths = arrays["valid_lengths"].astype(np.int64)
-    t = max(1, int(lengths.max()))
+    t = max(1, int(lengths.max(initial=0)))
     weights = arrays["masked_lm_weights"]
     real = weights > 0
     # Last real prediction slot + 1 (Google's format front-packs real predictions; this is safe either way).
     last = np.where(real.any(1), real.shape[1] - np.argmax(real[:, ::-1], axis=1), 0)
-    p = max(1, int(last.max()))
+    p = max(1, int(last.max(initial=0)))
     mask = (np.arange(t)[None, :] < lengths[:, None]).astype(np.int64)
     return {
         "input_ids": torch.from_numpy(arrays["input_ids"][:, :t].astype(np.int64)),
@@ -292,6 +302,12 @@ def make_batch(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         "masked_lm_weights": torch.from_numpy(weights[:, :p].astype(np.float32)),
         "next_sentence_labels": torch.from_numpy(arrays["next_sentence_labels"].astype(np.int64)),
     }
+
+
+def _no_rows() -> dict[str, np.ndarray]:
+    """A batch of zero shard rows (make_batch gives it one padding column)."""
+    return {key: np.zeros((0, 1)[:dims], np.float32 if key == "masked_lm_weights" else np.int64)
+            for key, dims in SHARD_KEYS.items()}
 
 
 def num_tokens(batch: dict[str, torch.Tensor]) -> int:
@@ -331,7 +347,7 @@ class PretrainStream:
 
     def batches_in_epoch(self, epoch: int) -> int:
         """Exact number of global batches of an epoch (reads only valid_lengths)."""
-        planner = _Planner(self.shards, self.cfg, self.world, epoch)
+        planner = _Planner(self.shards, self.cfg, epoch)
         return sum(1 for kind, _, _ in planner.events() if kind == "batch")
 
     # -- iteration
@@ -349,18 +365,17 @@ class PretrainStream:
                 if self.batches_done == 0:
                     raise BertPipelineError(
                         f"{self.shards.spec}: not enough instances for one global batch of "
-                        f"{self.cfg.batch_size} x {self.world} workers") from None
+                        f"{self.cfg.batch_size} {'tokens' if self.cfg.use_avg_len else 'sequences'}") from None
                 self.epoch, self.batches_done, self._iter = self.epoch + 1, 0, None
                 continue
             self.batches_done += 1
             return batch
 
     def _rank_rows(self, rows: np.ndarray) -> np.ndarray:
-        per = len(rows) // self.world
-        return rows[self.rank * per:(self.rank + 1) * per]
+        return rows[worker_share(len(rows), self.rank, self.world)]
 
     def _epoch(self, epoch: int, skip: int) -> Iterator[dict[str, torch.Tensor]]:
-        planner = _Planner(self.shards, self.cfg, self.world, epoch)
+        planner = _Planner(self.shards, self.cfg, epoch)
         current: int | None = None  # shard index whose arrays `arrays` holds (loaded lazily)
         arrays: dict[str, np.ndarray] | None = None
         carried: dict[tuple[int, int], dict[str, np.ndarray]] = {}  # rows of earlier shards still pending
@@ -380,10 +395,15 @@ class PretrainStream:
                 skip -= 1
                 continue
             mine = self._rank_rows(rows)
-            if arrays is None and (mine[:, 0] == current).any():
-                arrays = self.shards.load(current, self.vocab_size)
-            self._fill_carried(mine, current, planner, carried)
-            batch = make_batch(self._gather(mine, current, arrays, carried))
+            if len(mine):
+                if arrays is None and (mine[:, 0] == current).any():
+                    arrays = self.shards.load(current, self.vocab_size)
+                self._fill_carried(mine, current, planner, carried)
+                batch = make_batch(self._gather(mine, current, arrays, carried))
+            else:
+                # More workers than rows: this worker still steps (an empty batch: zero loss, zero
+                # gradient), so that it takes part in every gradient all-reduce.
+                batch = make_batch(_no_rows())
             for k, row in rows:  # other workers' carried rows of this batch are not needed any more
                 carried.pop((int(k), int(row)), None)
             yield batch

@@ -56,6 +56,24 @@ class OptimizerConfig:
             raise BertPipelineError("--weight-decay and --max-grad-norm must not be negative")
 
 
+def worker_range(value: int | str) -> tuple[int, int]:
+    """--num-workers as (MIN, MAX): N is (N, N); "MIN:MAX" an elastic group (bad input: an error naming the flag)."""
+    text = str(value).strip()
+    lo, sep, hi = text.partition(":")
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        low, high = (int(lo), int(hi)) if sep else (int(text), int(text))
+    except ValueError:
+        raise BertPipelineError(f"--num-workers: expected a number N or a range MIN:MAX (e.g. 1:4), got {value!r}") \
+            from None
+    if low < 0:
+        raise BertPipelineError(f"--num-workers must not be negative, got {value!r}")
+    if sep and not 1 <= low <= high:
+        raise BertPipelineError(f"--num-workers MIN:MAX needs 1 <= MIN <= MAX, got {value!r}")
+    return low, high
+
+
 @dataclass(kw_only=True)
 class RayTrainConfig:
     num_workers: int = option(
@@ -67,14 +85,24 @@ class RayTrainConfig:
                                  "shared by all nodes: local/NFS path or s3://", group=RAY, metavar="URI",
                                  default_help="$BERT_PIPELINE_HOME/ray_results")
 
+    placement_timeout: float = option(
+        300.0, "seconds Ray Train may wait for its workers (with --num-workers MIN:MAX: for MIN of them) to be "
+        "placed, at the start or after losing nodes; then the run fails naming what is missing", group=RAY)
+
+    def workers(self) -> tuple[int, int]:
+        """(MIN, MAX) workers: equal for a fixed number; pretraining also takes an elastic MIN:MAX."""
+        return worker_range(self.num_workers)
+
     def runs_on_ray(self) -> bool:
-        """Ray for more than one worker, or for one worker when RAY_ADDRESS names a cluster to run on
-        (as under `ray job submit`); in-process otherwise."""
-        return self.num_workers > 1 or (self.num_workers == 1 and bool(os.environ.get("RAY_ADDRESS")))
+        """Ray for more than one worker (or an elastic range), or for one worker when RAY_ADDRESS names a cluster
+        to run on (as under `ray job submit`); in-process otherwise."""
+        low, high = self.workers()
+        return high > 1 or low != high or (high == 1 and bool(os.environ.get("RAY_ADDRESS")))
 
     def check_workers(self) -> None:
-        if self.num_workers < 0:
-            raise BertPipelineError(f"--num-workers must not be negative, got {self.num_workers}")
+        self.workers()
+        if not self.placement_timeout > 0:
+            raise BertPipelineError(f"--placement-timeout must be positive, got {self.placement_timeout}")
 
 
 @dataclass(kw_only=True)

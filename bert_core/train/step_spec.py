@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -22,6 +22,20 @@ if TYPE_CHECKING:
 # Called after every optimizer step with (the step just finished, whether this run resumed from a
 # checkpoint): progress reporting, and the tests' fault injection (tests/fault_injection.py).
 StepHook = Callable[[int, bool], None]
+
+
+class Preemption(Protocol):
+    """How a launcher tells a step that a node of its worker group got a drain notice (a spot/preemption notice):
+    the step checkpoints at once and `hold`s, and the launcher restarts the group without that node from that
+    checkpoint, so no step is lost or redone."""
+
+    def noticed(self, step: int) -> bool:
+        """Called by every worker after the same steps; the same answer on all of them (a collective)."""
+        ...
+
+    def hold(self, step: int) -> None:
+        """After the just-in-time checkpoint of `step`: wait until the launcher replaces the group (never returns)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -40,6 +54,7 @@ class Worker:
     store: CheckpointStore | None = None  # None: the step's own (local files)
     resume_dir: Path | None = None  # a checkpoint the launcher restored (Ray Train after a failure)
     hooks: tuple[StepHook, ...] = ()
+    preemption: Preemption | None = None  # drain notices (Ray Train); None: none come
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from typing import Any
 
-from bert_core.options import option_default, option_type
+from bert_core.options import option_default, option_type, option_types
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,14 @@ class _DeprecatedName(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         log.warning("%s is deprecated; write %s", option_string, self.current)
         setattr(namespace, self.dest, values)
+
+
+def _int_or_str(value: str) -> int | str:
+    """For an `int | str` field (e.g. --num-workers 4 or MIN:MAX): an int when the value is one."""
+    try:
+        return int(value)
+    except ValueError:
+        return value
 
 
 def _help(meta: dict[str, Any], default: Any, kind: str) -> str:
@@ -87,7 +95,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type,
             else:
                 target.add_argument(*names, dest=f.name, action="store_true", **kwargs)
             continue
-        kwargs.update(dest=f.name, type=_TYPES.get(kind, str))
+        kinds = option_types(f)[0]
+        kwargs.update(dest=f.name, type=_int_or_str if kinds == ["int", "str"] else _TYPES.get(kind, str))
         if meta["const"] is not None:
             kwargs.update(nargs="?", const=meta["const"])
         if meta["choices"] is not None:

@@ -39,7 +39,7 @@ def test_prefixed_params_for_two_steps_in_one_dag():
 
 @pytest.mark.parametrize("conf, message", [
     ({"model": "bert_2_128_2", "pretrained": "/weights"}, "exactly one of --model"),
-    ({"batch_size": 63, "num_workers": 2}, "batch-size 63 is the batch of all 2 workers"),
+    ({"batch_size": 0, "num_workers": 2}, "batch-size must be at least 1"),
     ({"holdout_fraction": 0.0}, "holdout_fraction must be above 0"),
     ({"max_seq_length": 4}, "max_seq_length must be at least 5"),
     ({"dtype": "float8"}, "--dtype must be one of"),
@@ -109,3 +109,13 @@ def test_a_retried_pretrain_task_resumes_from_its_last_checkpoint(tmp_path, monk
     training = manifest.read(output)["training"]
     assert training["resumed_from"].endswith("step-00000002") and training["steps"] == 5
     assert retried["metrics"]["loss"] > 0
+
+
+def test_num_workers_param_takes_a_number_or_an_elastic_range():
+    """bert_pretraining's num_workers: an int (fixed) or "MIN:MAX" (elastic), the same values the CLI flag takes."""
+    param = config_params(PretrainConfig, ["num_workers"], {"num_workers": 2})["num_workers"]
+    assert param.schema["type"] == ["integer", "string"]
+    assert param.resolve(2) == 2 and param.resolve("1:4") == "1:4"
+    assert "MIN:MAX" in param.description
+    with pytest.raises(BertPipelineError, match=r"--num-workers: expected a number N or a range MIN:MAX"):
+        PretrainConfig(data="d", output="o", model="m", num_steps=1, num_workers="two")

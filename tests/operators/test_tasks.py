@@ -196,7 +196,7 @@ def test_pretraining_phases_are_checked_before_any_work(tmp_path):
          r"phases\[1\]: max_seq_length 1024 is longer than the model's 512 positions"),
         (dict(phases=[{"seq_len": 128}]), r"phases\[0\].seq_len: not a make-shards or pretrain setting"),
         (dict(phases=[{}, {"model": "bert_4_256_4"}]), r"phases\[1\]: a later phase starts from the previous"),
-        (dict(phases=[{"batch_size": 3, "num_workers": 2}]), r"phases\[0\]: .*multiple of"),
+        (dict(phases=[{"batch_size": 0, "num_workers": 2}]), r"phases\[0\]: .*batch-size must be at least 1"),
         (dict(phases="seq 128 then 512"), "phases: expected a list of objects"),
         (dict(seq=128), r"bert_pretraining conf: unknown param\(s\) seq"),
     ]
@@ -247,7 +247,7 @@ def test_demo_params_are_the_library_fields_and_keep_the_old_names(tmp_path, mon
         32, 64)
     assert "SQuAD's own: squad_max_seq_length" in PARAMS["finetune_max_seq_length"].description
     for conf, message in [(dict(pretrain_step=8), r"bert_demo conf: unknown param\(s\) pretrain_step"),
-                          (dict(pretrain_batch_size=33), "bert_demo params: .*multiple of 2"),
+                          (dict(pretrain_batch_size=0), "bert_demo params: .*batch-size must be at least 1"),
                           (dict(pretrain_steps=8, pretrain_num_steps=9), "give pretrain_num_steps only")]:
         with pytest.raises(BertPipelineError, match=message):
             plan(**conf)

@@ -17,6 +17,7 @@ from bert_core.pretrain.stream import (
     check_vocab,
     eval_batches,
     resolve_shards,
+    worker_share,
 )
 from tests.synthetic_shards import write_shards
 
@@ -61,16 +62,28 @@ def test_deterministic_per_seed_and_epoch(data):
     assert stream.position()["epoch"] == 1
 
 
-def test_two_workers_split_the_global_batch_of_one(data):
+@pytest.mark.parametrize("cfg", [StreamConfig(16, 1), StreamConfig(16, 1, num_buckets=3),
+                                 StreamConfig(200, 1, num_buckets=3, use_avg_len=True)])
+def test_any_number_of_workers_splits_the_same_global_batches(data, cfg):
+    """The global batches do not depend on the worker count; uneven counts split like np.array_split, and
+    workers beyond a batch's rows get an empty batch (they still step)."""
     shards = ShardSet(str(data))
-    for cfg1, cfg2 in [(StreamConfig(16, 1), StreamConfig(8, 1)),
-                       (StreamConfig(16, 1, num_buckets=3), StreamConfig(8, 1, num_buckets=3))]:
-        single = list(itertools.islice(PretrainStream(shards, cfg1), 6))
-        w0 = list(itertools.islice(PretrainStream(shards, cfg2, rank=0, world_size=2), 6))
-        w1 = list(itertools.islice(PretrainStream(shards, cfg2, rank=1, world_size=2), 6))
-        for s, a, b in zip(single, w0, w1):
-            assert _rows(s) == _rows(a) + _rows(b)
-            assert not set(_rows(a)) & set(_rows(b))
+    single = [_rows(b) for b in itertools.islice(PretrainStream(shards, cfg), 6)]
+    assert PretrainStream(shards, cfg, 0, 3).batches_in_epoch(0) == PretrainStream(shards, cfg).batches_in_epoch(0)
+    for world in (2, 3, 5, 20):
+        streams = [PretrainStream(shards, cfg, rank=r, world_size=world) for r in range(world)]
+        shares = [[_rows(b) for b in itertools.islice(s, 6)] for s in streams]
+        for step, expected in enumerate(single):
+            split = [shares[r][step] for r in range(world)]
+            assert [row for share in split for row in share] == expected, (world, step)
+            assert [len(s) for s in split] == [len(a) for a in np.array_split(np.arange(len(expected)), world)]
+
+
+def test_worker_share_is_contiguous_and_covers_every_row():
+    for rows in range(0, 12):
+        for world in range(1, 6):
+            shares = [worker_share(rows, r, world) for r in range(world)]
+            assert [list(range(rows))[s] for s in shares] == [a.tolist() for a in np.array_split(np.arange(rows), world)]
 
 
 def test_batches_are_trimmed_to_their_longest_sequence(data):
@@ -98,8 +111,8 @@ def test_buckets_and_token_budget(data):
 
 def test_resume_position_gives_the_same_batches(data):
     shards = ShardSet(str(data))
-    for world in (1, 2):
-        cfg = StreamConfig(batch_size=6 // world, seed=5, num_buckets=3)  # remainders carry across shards
+    for world in (1, 2, 4):
+        cfg = StreamConfig(batch_size=6, seed=5, num_buckets=3)  # remainders carry across shards
         reference = PretrainStream(shards, cfg, rank=world - 1, world_size=world)
         expected = [_rows(b) for b in itertools.islice(reference, 25)]  # crosses an epoch boundary
         for cut in (1, 4, 9, 13, 20):

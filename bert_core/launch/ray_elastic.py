@@ -1,0 +1,212 @@
+"""What Ray Train's controller does with the worker group, said once per event, and a bound on waiting for it.
+
+`WorkerGroupWatch` is a Ray Train V2 controller callback (RunConfig(callbacks=[...]); it runs inside the
+controller actor, whose log Ray forwards to the driver). Ray itself does the scheduling: a fixed
+ScalingConfig(num_workers=N) or an elastic one (num_workers=(MIN, MAX)), restarts from the latest
+checkpoint after a failure, and its preemption watcher for drained nodes. This module only
+
+- logs every change of the worker group's size as one line: "pretrain step 12: world size 2 -> 1 (worker
+  rank 1 on node 3f2a.. died: ...)"; the step is the checkpoint the new group continues from (the last one
+  reported), and records it in the run's MLflow run: the metric `world_size` at that step and a tag
+  `resize.N` holding the line;
+- fails the run when fewer than the minimum number of workers could be placed for longer than
+  --placement-timeout, with one line naming what is missing, instead of Ray's wait that never ends;
+- keeps Ray 2.60's elastic policy from acting on a stale view of the cluster. The policy sizes the group from
+  Ray Data's AutoscalingCoordinator, which refreshes its view of the nodes every 20 s, and the policy reads
+  it one call late: right after a node is lost it restarts the group at the old size, whose placement then
+  waits for Ray's 60 s worker-group startup timeout; right after a node joins it may start smaller than it
+  could. So when the controller is about to place a group, this asks the coordinator to recompute (its own
+  `recompute` option), and a decision for more workers than the live, not draining nodes can hold is
+  turned back with Ray's retryable WorkerGroupStartupFailedError: the controller decides again a second
+  later, on the fresh view. Ray still makes every decision; this only refuses one it cannot carry out.
+
+The controller calls `after_controller_state_update` on every iteration of its loop (every few tenths of a
+second), also when the state did not change, which is what makes the timeout check possible here.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import ray
+from ray.train.v2._internal.exceptions import WorkerGroupStartupFailedError
+from ray.train.v2._internal.execution.callback import ControllerCallback, ReportCallback
+from ray.train.v2._internal.execution.controller.state import (
+    InitializingState,
+    PreemptingState,
+    ReschedulingState,
+    ResizingState,
+    RestartingState,
+    RunningState,
+    SchedulingState,
+)
+
+from bert_core.errors import BertPipelineError
+
+log = logging.getLogger(__name__)
+
+# States in which the controller is waiting for a worker group to be placed (or to start).
+_WAITING = (InitializingState, RestartingState, ReschedulingState, SchedulingState, ResizingState)
+
+
+class PlacementTimeoutError(BertPipelineError):
+    """Fewer than the minimum number of workers could be placed for longer than --placement-timeout."""
+
+
+def _first_line(error: BaseException | None, limit: int = 200) -> str:
+    text = str(error or "").strip().splitlines()
+    line = next((t.strip() for t in text if t.strip() and not t.startswith("Training failed")), "") or repr(error)
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def describe_failure(error: BaseException) -> str:
+    """Why a worker group stopped, in a few words: the failed ranks and the first line of the first error."""
+    preemption = getattr(error, "preemption_info", None)
+    if preemption is not None:
+        nodes = ", ".join(n[:8] for n in preemption.preempted_node_ids)
+        return f"node {nodes} drained (ranks {preemption.preempted_ranks} left with it)"
+    failures: dict[int, BaseException] = getattr(error, "worker_failures", None) or {}
+    if failures:
+        ranks = sorted(failures)
+        return f"worker rank {', '.join(map(str, ranks))} failed: {_first_line(failures[ranks[0]])}"
+    return _first_line(getattr(error, "controller_failure", None) or error)
+
+
+def placeable_workers(resources: dict[str, float]) -> int:
+    """How many workers needing `resources` fit on the cluster's live nodes that are not draining (their total
+    resources)."""
+    try:
+        draining = set(ray._private.state.state.get_draining_nodes())
+    except Exception:  # an older GCS without the call: count every live node
+        draining = set()
+    count = 0
+    for node in ray.nodes():
+        if not node.get("Alive") or node.get("NodeID") in draining:
+            continue
+        have = node.get("Resources", {})
+        count += min((int(have.get(k, 0.0) // v) for k, v in resources.items() if v > 0), default=0)
+    return count
+
+
+def refresh_cluster_view() -> None:
+    """Make Ray Data's AutoscalingCoordinator (what the elastic policy sizes groups from) look at the nodes now,
+    not at its next 20 s tick. No coordinator yet (a fixed-size run): nothing to do."""
+    try:
+        coordinator = ray.get_actor("AutoscalingCoordinator", namespace="AutoscalingCoordinator")
+        ray.get(coordinator.get_reserved_resources.remote("bert-pipeline-refresh", recompute=True), timeout=10)
+    except Exception as exc:
+        log.debug("no AutoscalingCoordinator to refresh: %s", exc)
+
+
+def format_resources(resources: dict[str, float]) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(resources.items())) + "}"
+
+
+class WorkerGroupWatch(ControllerCallback, ReportCallback):
+    """Logs worker-group resizes (driver log and MLflow) and bounds the wait for placement; see the module doc."""
+
+    def __init__(self, step_name: str, min_workers: int, resources: dict[str, float], placement_timeout_s: float,
+                 tracking_uri: str | None = None, mlflow_run_id: str | None = None, elastic: bool = False):
+        self.step_name, self.min_workers, self.resources = step_name, min_workers, dict(resources)
+        self.placement_timeout_s = placement_timeout_s
+        self.tracking_uri, self.mlflow_run_id = tracking_uri, mlflow_run_id
+        self.world = 0  # size of the group that last ran
+        self.step: int | None = None  # the last step a checkpoint was reported at
+        self.why = "start"
+        self.waiting_since: float | None = None
+        self.resizes = 0
+        self.elastic = elastic  # a MIN:MAX group: Ray's elastic policy decides its size
+        self._refreshed = 0.0
+        self._client: Any = None
+
+    # -- Ray Train hooks (run in the controller actor)
+
+    def after_report(self, training_report: Any, metrics: list[dict[str, Any]]) -> None:
+        steps = [m["step"] for m in metrics if isinstance(m, dict) and isinstance(m.get("step"), int)]
+        if steps:
+            self.step = max(steps)
+
+    def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
+        if isinstance(current_state, (RestartingState, ReschedulingState)) and current_state is not previous_state:
+            self.why = describe_failure(current_state.training_failed_error)
+        elif isinstance(current_state, PreemptingState) and not isinstance(previous_state, PreemptingState):
+            info = current_state.preemption_info
+            left = "" if info.deadline_ms is None else f", deadline in {info.deadline_ms / 1000 - time.time():.0f} s"
+            nodes = ", ".join(n[:8] for n in info.preempted_node_ids)
+            self._say(f"drain notice for node {nodes} (ranks {info.preempted_ranks}{left}): Ray Train restarts "
+                      "the group without it when the node goes or the deadline passes")
+        elif isinstance(current_state, ResizingState) and not isinstance(previous_state, ResizingState):
+            self.why = f"resources for {current_state.scaling_decision.num_workers} workers are available"
+        if isinstance(current_state, (InitializingState, RestartingState, ReschedulingState)):
+            now = time.monotonic()
+            if current_state is not previous_state or now - self._refreshed > 2.0:
+                refresh_cluster_view()
+                self._refreshed = now
+        if isinstance(current_state, SchedulingState) and not isinstance(previous_state, SchedulingState):
+            wanted = current_state.scaling_decision.num_workers
+            placeable = placeable_workers(self.resources)
+            if wanted > placeable >= self.min_workers and self.elastic:
+                log.info("%s: Ray decided on %d workers from a stale view of the cluster (%d placeable now): "
+                         "deciding again", self.step_name, wanted, placeable)
+                raise WorkerGroupStartupFailedError(f"{wanted} workers wanted, {placeable} placeable now")
+            self._resized(wanted)
+        self._check_placement(current_state)
+
+    # -- helpers
+
+    def _resized(self, new: int) -> None:
+        old, why = self.world, self.why
+        at = f"step {self.step}" if self.step is not None else "start"
+        if old == 0 and why == "start":
+            self._say(f"{at}: world size {new} (minimum {self.min_workers})", level=logging.INFO)
+        else:
+            self.resizes += 1
+            self._say(f"{at}: world size {old} -> {new} ({why})", tag=f"resize.{self.resizes}")
+        self._record(new)
+        self.world, self.why = new, "resources changed"
+
+    def _say(self, text: str, level: int = logging.WARNING, tag: str | None = None) -> None:
+        line = f"{self.step_name} {text}"
+        log.log(level, "%s", line)
+        if tag:
+            self._mlflow(lambda c: c.set_tag(self.mlflow_run_id, tag, line[:5000]))
+
+    def _record(self, world: int) -> None:
+        self._mlflow(lambda c: c.log_metric(self.mlflow_run_id, "world_size", float(world), step=self.step or 0))
+
+    def _mlflow(self, call) -> None:
+        if not self.mlflow_run_id:
+            return
+        try:
+            if self._client is None:
+                import mlflow
+
+                self._client = mlflow.MlflowClient(self.tracking_uri)
+            call(self._client)
+        except Exception as exc:  # the run goes on without the record; say so once per event
+            log.warning("could not record the worker group change in MLflow run %s: %s", self.mlflow_run_id, exc)
+
+    def _check_placement(self, state: Any) -> None:
+        if isinstance(state, RunningState) or isinstance(state, PreemptingState):
+            self.waiting_since = None
+            return
+        if not isinstance(state, _WAITING):
+            return
+        now = time.monotonic()
+        if self.waiting_since is None:
+            self.waiting_since = now
+            return
+        waited = now - self.waiting_since
+        if waited < self.placement_timeout_s:
+            return
+        placeable = placeable_workers(self.resources)
+        remedy = ("add nodes with these resources or lower the minimum of --num-workers" if placeable < self.min_workers
+                  else "the live nodes have room, so other work holds the resources")
+        line = (f"{self.step_name}: {self.min_workers} worker(s) of {format_resources(self.resources)} wanted, "
+                f"{placeable} placeable for {math.floor(waited)} s (--placement-timeout "
+                f"{self.placement_timeout_s:g}): {remedy}")
+        self._say(line.split(": ", 1)[1], level=logging.ERROR, tag="placement_timeout")
+        raise PlacementTimeoutError(line)

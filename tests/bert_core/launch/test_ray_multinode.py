@@ -1,0 +1,261 @@
+"""Pretraining on a real multi-node Ray cluster on loopback (ARCHITECTURE §9): a head that runs no training and
+two worker nodes, each its own raylet with one CPU, so the two training workers land one on each node. Nodes
+share no disk: shards, Ray Train's checkpoints (--storage), the output model and the tests' step records are
+s3:// URIs on the moto server.
+
+- A drain notice with a deadline (Ray's GCS drain API, reason PREEMPTION: what `ray drain-node` and a cloud's
+  spot notice send) at step k: the workers checkpoint at once and hold; the node goes before its deadline; Ray
+  Train restarts the elastic group (--num-workers 1:2) on the remaining node from that checkpoint: every step
+  runs exactly once.
+- The raylet of a worker node SIGKILLed at step k: the group shrinks to the remaining node instead of waiting
+  for the lost one, redoes at most the steps since the last checkpoint, and ends with the weights of a
+  fixed-size uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from bert_core.io import storage
+from bert_core.launch.run import run_step
+from bert_core.model.weights import read_state_dict
+from bert_core.pretrain.step import PRETRAIN, PretrainConfig, pretrain
+from bert_pipeline.commands import stack
+from tests.fault_injection import RecordSteps, SignalAtStep, recorded_steps
+from tests.synthetic_shards import tiny_model_config, write_shards
+
+ray = pytest.importorskip("ray")
+
+STEPS = 24
+BUCKET = "multinode"
+WATCHER_POLL_S = 0.5
+
+
+class LoopbackCluster:
+    """Ray nodes started as `ray start ... --block` processes on 127.0.0.1 (each its own raylet), as an operator
+    starts them on separate machines; each in its own process group, stopped by signalling that group (never
+    `ray stop`, which would stop every Ray instance on the machine)."""
+
+    def __init__(self, temp_dir: str, env: dict[str, str]):
+        self.temp_dir, self.env = temp_dir, env
+        self.procs: dict[str, subprocess.Popen] = {}  # node name -> its `ray start --block`
+        port = stack.free_port()
+        while 10002 <= port <= 19999:  # Ray's worker-port range: refused for the head
+            port = stack.free_port()
+        self.address = f"127.0.0.1:{port}"
+        self._start("head", ["--head", "--port", str(port), "--num-cpus", "0", "--include-dashboard", "false",
+                             "--temp-dir", temp_dir, "--disable-usage-stats"])
+
+    def _start(self, name: str, args: list[str]) -> None:
+        ray_bin = str(Path(sys.executable).with_name("ray"))
+        self.procs[name] = subprocess.Popen([ray_bin, "start", "--block", "--node-ip-address", "127.0.0.1", *args],
+                                            env=self.env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL)
+
+    def add_worker(self, name: str) -> None:
+        """A 1-CPU worker node, with a custom resource `name` that tells its node id apart."""
+        self._start(name, ["--address", self.address, "--num-cpus", "1", "--resources", json.dumps({name: 1})])
+        self.wait_for(lambda nodes: any(name in n["Resources"] for n in nodes))
+
+    def wait_for(self, condition, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ray.is_initialized() and condition([n for n in ray.nodes() if n["Alive"]]):
+                return
+            time.sleep(0.5)
+        raise TimeoutError("Ray nodes did not reach the expected state")
+
+    def name_of(self, node_id: str) -> str:
+        node = next(n for n in ray.nodes() if n["NodeID"] == node_id)
+        return next(name for name in self.procs if name in node["Resources"])
+
+    def kill_raylet(self, name: str) -> None:
+        """SIGKILL the node's raylet, as when the machine vanishes; its workers die with it."""
+        import psutil
+
+        parent = psutil.Process(self.procs[name].pid)
+        raylet = next(p for p in parent.children(recursive=True) if p.name() == "raylet")
+        raylet.send_signal(signal.SIGKILL)
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            try:
+                proc.wait(timeout=20)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what is left of its group
+
+    def stop_all(self) -> None:
+        for name in [n for n in self.procs if n != "head"] + ["head"]:
+            if name in self.procs:
+                self.stop(name)
+
+
+@pytest.fixture(scope="module")
+def s3_env(tmp_path_factory):
+    """moto on loopback and the environment every node gets (set before a node starts: its raylet passes it on
+    to the workers); shards uploaded to S3; the reference: the same run in this process on one worker, never
+    interrupted."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in (("AWS_ENDPOINT_URL", f"http://{host}:{port}"), ("AWS_ACCESS_KEY_ID", "testing"),
+                           ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_DEFAULT_REGION", "us-east-1"),
+                           ("RAY_AUTH_MODE", "disabled"), ("RAY_USAGE_STATS_ENABLED", "0"),
+                           ("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", str(WATCHER_POLL_S)),
+                           # A lost node is declared dead after ~1.5 s instead of Ray's default ~30 s.
+                           ("RAY_health_check_period_ms", "500"), ("RAY_health_check_timeout_ms", "500"),
+                           ("RAY_health_check_failure_threshold", "3")):
+            mp.setenv(key, value)
+        mp.delenv("RAY_ADDRESS", raising=False)
+        storage.s3_client().create_bucket(Bucket=BUCKET)
+        root = tmp_path_factory.mktemp("multinode")
+        local = write_shards(root / "shards", num_shards=2, per_shard=32, seq_len=32)
+        storage.upload_dir(local, f"s3://{BUCKET}/shards")
+        model = tiny_model_config(root / "tiny.json")  # dropout off
+
+        def make(name: str, **overrides) -> PretrainConfig:
+            base = dict(data=f"s3://{BUCKET}/shards", output=f"s3://{BUCKET}/{name}/model", model=str(model),
+                        batch_size=8, num_steps=STEPS, lr=1e-3, optimizer="adamw", log_interval=5, ckpt_interval=5,
+                        progress=False, tracking=False, storage=f"s3://{BUCKET}/ray", num_workers="1:2",
+                        max_failures=1, eval_max_batches=2, placement_timeout=120.0)
+            return PretrainConfig(**{**base, **overrides})
+
+        pretrain(make("reference", output=str(root / "reference"), num_workers=1, ckpt_interval=0, storage=None))
+        yield make, read_state_dict(root / "reference" / "model.safetensors")
+    server.stop()
+
+
+@pytest.fixture
+def cluster(s3_env):
+    """A fresh cluster per test (a head with 0 CPUs: no training there, two 1-CPU worker nodes) that the driver,
+    this process, joins. Fresh: Ray Data's AutoscalingCoordinator, which sizes elastic groups, keeps a finished
+    run's reservation for a while, so a second run on the same cluster may start smaller."""
+    temp_dir = tempfile.mkdtemp(prefix="rmn", dir="/tmp")  # socket paths must stay short
+    nodes = LoopbackCluster(temp_dir, dict(os.environ))
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                ray.init(address=nodes.address, include_dashboard=False, configure_logging=False, log_to_driver=True)
+                break
+            except ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+        for name in ("node_a", "node_b"):  # one after another: simultaneous starts race for ports
+            nodes.add_worker(name)
+        yield nodes
+    finally:
+        ray.shutdown()
+        nodes.stop_all()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _weights(uri: str) -> dict[str, torch.Tensor]:
+    with tempfile.TemporaryDirectory() as tmp:
+        storage.download_file(storage.join(uri, "model.safetensors"), Path(tmp) / "model.safetensors")
+        return read_state_dict(Path(tmp) / "model.safetensors")
+
+
+def _assert_same_weights(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    assert got.keys() == expected.keys()
+    for name in got:
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def _when_signalled(uri: str, act, timeout: float = 240.0) -> threading.Thread:
+    """Run act(record) in a thread once a SignalAtStep record appears at `uri`."""
+    def wait() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if storage.exists(uri):
+                act(json.loads(storage.read_text(uri)))
+                return
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_drain_notice_loses_no_step(cluster, s3_env):
+    make, reference = s3_env
+    name = "drained"
+    records, signal_uri = f"s3://{BUCKET}/{name}/steps", f"s3://{BUCKET}/{name}/signal.json"
+    config = make(name, ckpt_interval=1000, run_name=name)  # no periodic checkpoint: the only one is the just-in-time one
+    drain_s = 10.0
+
+    def node_goes(record: dict) -> None:  # the cloud takes the node shortly before the deadline
+        time.sleep(max(0.0, record["deadline_ms"] / 1000 - time.time() - 3.0))
+        cluster.kill_raylet(cluster.name_of(record["node_id"]))
+
+    watcher = _when_signalled(signal_uri, node_goes)
+    result = run_step(PRETRAIN, config, hooks=[RecordSteps(records),
+                                                SignalAtStep(6, signal_uri, drain_s=drain_s, watcher_poll_s=WATCHER_POLL_S)])
+    watcher.join(timeout=30)
+    steps = recorded_steps(records)
+    assert [s for s, _ in steps] == list(range(1, STEPS + 1))  # no gap, nothing redone
+    noticed = next(s for s, w in steps if w == 1) - 1  # the step the just-in-time checkpoint holds
+    assert 6 <= noticed < 12 and {w for s, w in steps if s <= noticed} == {2}
+    assert result["training"]["world_size"] == 1 and result["training"]["resumed_from"] is not None
+    saved = storage.list_files(f"s3://{BUCKET}/ray")
+    assert any(f"step-{noticed:08d}/" in name for name in saved), saved[:20]
+    _assert_same_weights(_weights(config.output), reference)
+
+
+def test_node_killed_without_notice_shrinks_and_redoes_only_steps_since_the_checkpoint(cluster, s3_env, tmp_path,
+                                                                                      monkeypatch):
+    make, reference = s3_env
+    name = "killed"
+    records, signal_uri = f"s3://{BUCKET}/{name}/steps", f"s3://{BUCKET}/{name}/signal.json"
+    # MLflow on a local SQLite file: one machine here; a real cluster uses a tracking server.
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
+    config = make(name, run_name="killed", tracking=True)
+
+    def kill_raylet(record: dict) -> None:
+        cluster.kill_raylet(cluster.name_of(record["node_id"]))
+
+    watcher = _when_signalled(signal_uri, kill_raylet)
+    started = time.monotonic()
+    result = run_step(PRETRAIN, config, hooks=[RecordSteps(records), SignalAtStep(12, signal_uri, hold=True)])
+    watcher.join(timeout=30)
+    steps = recorded_steps(records)
+    ran = [s for s, _ in steps]
+    assert sorted(set(ran)) == list(range(1, STEPS + 1))  # no gap
+    redone = sorted(s for s in set(ran) if ran.count(s) > 1)
+    assert redone and set(redone) <= set(range(11, 14)), redone  # since the checkpoint of step 10 only
+    assert {w for s, w in steps if s > 13} == {1}  # shrunk to the remaining node, not waiting for the lost one
+    assert result["training"]["world_size"] == 1
+    assert time.monotonic() - started < 150
+    _assert_same_weights(_weights(config.output), reference)
+    # The resize is in the run's MLflow record: the world size by step and one readable line.
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}")
+    history = client.get_metric_history(result["mlflow_run_id"], "world_size")
+    assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.timestamp)] == [(0, 2.0), (10, 1.0)]
+    line = client.get_run(result["mlflow_run_id"]).data.tags["resize.1"]
+    assert line.startswith("pretrain step 10: world size 2 -> 1 (worker rank 1 failed: "), line
