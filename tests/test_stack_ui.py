@@ -111,7 +111,8 @@ def _dag_links(driver) -> set[str]:
 SET_TEXT_JS = """
 const [field, value] = arguments;
 field.focus();
-Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, "value").set.call(field, value);
+// The native setter of the element's own kind (input or textarea): React tracks the value it set last.
+Object.getOwnPropertyDescriptor(Object.getPrototypeOf(field), "value").set.call(field, value);
 field.dispatchEvent(new Event("input", {bubbles: true}));
 field.blur();
 """
@@ -121,7 +122,8 @@ def _set_field(driver, dialog, param: str, value) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    field = dialog.find_element(By.CSS_SELECTOR, f"input[name=element_{param}]")
+    # A Param of several types (e.g. integer or string: --num-workers 2 or MIN:MAX) is a text area in the form.
+    field = dialog.find_element(By.CSS_SELECTOR, f"input[name=element_{param}], textarea[name=element_{param}]")
     if field.get_attribute("role") == "spinbutton":
         # Number fields keep their own state and ignore a synthetic input event: type the (short) number.
         field.click()

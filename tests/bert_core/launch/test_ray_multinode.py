@@ -131,7 +131,7 @@ def s3_env(tmp_path_factory):
         mp.delenv("RAY_ADDRESS", raising=False)
         storage.s3_client().create_bucket(Bucket=BUCKET)
         root = tmp_path_factory.mktemp("multinode")
-        local = write_shards(root / "shards", num_shards=2, per_shard=32, seq_len=32)
+        local = write_shards(root / "shards", num_shards=2, per_shard=32, max_seq_length=32)
         storage.upload_dir(local, f"s3://{BUCKET}/shards")
         model = tiny_model_config(root / "tiny.json")  # dropout off
 

@@ -75,7 +75,7 @@ def _assert_same_weights(got: Path, expected: Path) -> None:
 @pytest.fixture(scope="module")
 def make(tmp_path_factory):
     root = tmp_path_factory.mktemp("world")
-    data = write_shards(root / "shards", num_shards=2, per_shard=24, seq_len=32)
+    data = write_shards(root / "shards", num_shards=2, per_shard=24, max_seq_length=32)
     model = tiny_model_config(root / "tiny.json")  # dropout off: the RNG of a worker count does not matter
 
     def config(name: str, **overrides) -> PretrainConfig:
