@@ -33,7 +33,7 @@ from bert_core.io import storage
 from bert_core.launch.run import run_step
 from bert_core.model.weights import read_state_dict
 from bert_core.pretrain.step import PRETRAIN, PretrainConfig, pretrain
-from bert_pipeline.commands import stack
+from bert_pipeline.stack.state import free_port
 from tests.fault_injection import RecordSteps, SignalAtStep, recorded_steps
 from tests.synthetic_shards import tiny_model_config, write_shards
 
@@ -52,9 +52,9 @@ class LoopbackCluster:
     def __init__(self, temp_dir: str, env: dict[str, str]):
         self.temp_dir, self.env = temp_dir, env
         self.procs: dict[str, subprocess.Popen] = {}  # node name -> its `ray start --block`
-        port = stack.free_port()
+        port = free_port()
         while 10002 <= port <= 19999:  # Ray's worker-port range: refused for the head
-            port = stack.free_port()
+            port = free_port()
         self.address = f"127.0.0.1:{port}"
         self._start("head", ["--head", "--port", str(port), "--num-cpus", "0", "--include-dashboard", "false",
                              "--temp-dir", temp_dir, "--disable-usage-stats"])
