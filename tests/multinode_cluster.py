@@ -142,8 +142,9 @@ def joined_cluster(workers: tuple[str, ...] = ("node_a", "node_b"), dashboard: b
     import ray
 
     temp_dir = tempfile.mkdtemp(prefix="rmn", dir="/tmp")  # socket paths must stay short
-    nodes = LoopbackCluster(temp_dir, dict(os.environ), dashboard=dashboard)
+    nodes = None
     try:
+        nodes = LoopbackCluster(temp_dir, dict(os.environ), dashboard=dashboard)
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -158,5 +159,6 @@ def joined_cluster(workers: tuple[str, ...] = ("node_a", "node_b"), dashboard: b
         yield nodes
     finally:
         ray.shutdown()
-        nodes.stop_all()
+        if nodes is not None:
+            nodes.stop_all()
         shutil.rmtree(temp_dir, ignore_errors=True)

@@ -62,17 +62,20 @@ class PrefixWatcher:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def list_once(self) -> dict[str, tuple[int, str]]:
+        listed = storage.s3_client().list_objects_v2(Bucket=self.bucket, Prefix=self.prefix)
+        return {o["Key"][len(self.prefix):]: (o["Size"], o["ETag"]) for o in listed.get("Contents", [])}
+
     def _run(self) -> None:
-        client = storage.s3_client()
         while not self._stop.is_set():
-            listed = client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix)
-            self.snapshots.append({o["Key"][len(self.prefix):]: (o["Size"], o["ETag"])
-                                   for o in listed.get("Contents", [])})
+            self.snapshots.append(self.list_once())
             time.sleep(0.01)
 
-    def stop(self) -> None:
+    def stop(self) -> dict[str, tuple[int, str]]:
+        """Stop listing; the prefix as it is now (a listing begun before the run ended may miss its end)."""
         self._stop.set()
         self._thread.join(timeout=30)
+        return self.list_once()
 
 
 def unit_attempts(dashboard: str) -> dict[str, list[tuple[int, str, str]]]:
@@ -118,7 +121,7 @@ def test_units_spread_over_nodes_survive_a_node_loss_and_give_the_single_node_by
             data_shards.make_shards([CORPUS], f"s3://{BUCKET}/multi", VOCAB, CONFIG, workers=2, backend="ray",
                                     remote=kill_node_b_midway)
         finally:
-            watcher.stop()
+            final = watcher.stop()
         assert killed, "node_b never held an unfetched unit: the node loss was not tested"
 
         # Where every unit ran, once the surviving node's task events have reached the GCS.
@@ -156,7 +159,6 @@ def test_units_spread_over_nodes_survive_a_node_loss_and_give_the_single_node_by
     assert len([n for n in names if n.startswith("part-")]) >= 2
 
     # Never a partial output: each object seen is its final self, and the manifest comes after every shard.
-    final = watcher.snapshots[-1]
     assert set(final) == set(names)
     assert len(watcher.snapshots) > 20, "the output prefix was hardly listed during the run"
     for seen in watcher.snapshots:
