@@ -57,6 +57,7 @@ LONG_FIRST = (
     "tests/bert_core/launch/test_ray_multinode.py",  # ~210 s: a head and two worker nodes, drained and killed
     "tests/test_demo.py",  # ~80 s
     "tests/bert_core/launch/test_ray_pretrain.py",  # ~75 s
+    "tests/bert_core/launch/test_ray_shards_multinode.py",  # ~55-90 s: make-shards on two nodes, one killed
     "tests/bert_core/deploy/test_export.py",  # ~70 s
     "tests/evaluation/test_benchmarks.py",  # ~60 s
     "tests/bert_core/finetune/test_finetune.py",  # ~60 s

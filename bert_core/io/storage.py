@@ -161,8 +161,15 @@ def local_dir(uri: str) -> Path:
     return target
 
 
+# The file that marks an output complete (bert_core.io.manifest.MANIFEST; not imported: manifest imports this module).
+COMPLETE_MARK = "manifest.json"
+
+
 def upload_dir(src: Path, uri: str) -> None:
-    for name in list_files(str(src)):
+    """Every file under `src` to `uri`, manifest.json last: S3 has no rename, so the objects of a prefix appear
+    one by one (each whole), and a reader that finds the manifest must find every file it names."""
+    names = list_files(str(src))
+    for name in sorted(names, key=lambda n: n == COMPLETE_MARK):
         upload_file(src / name, join(uri, name))
 
 
@@ -171,7 +178,7 @@ def atomic_output_dir(uri: str, overwrite: bool = False) -> Iterator[Path]:
     """Yield a fresh local directory; on success it becomes `uri` in one step.
 
     Local targets are renamed into place (an existing target is replaced only with overwrite);
-    s3 targets are uploaded after the body succeeds. On failure nothing is left at `uri`.
+    s3 targets are uploaded after the body succeeds, manifest.json last. On failure nothing is left at `uri`.
     """
     if is_s3(uri):
         if exists(uri) and not overwrite:

@@ -16,6 +16,9 @@ from bert_core.data.make_shards import Unit
 from bert_core.io import manifest
 from bert_core.launch.ray_cluster import cluster_address, connect
 
+# Attempts after the first for a unit whose node (or worker process) died.
+UNIT_RETRIES = 3
+
 
 def _run_unit_on_ray(vocab_bytes: bytes, vocab_sha256: str, do_lower_case: bool, config: ShardConfig,
                      unit: Unit) -> UnitResult:
@@ -37,13 +40,28 @@ def open_ray_executor(vocab_file: Path, config: ShardConfig, workers: int, stats
     if os.environ.get("RAY_ADDRESS"):
         cluster_address()  # refuses a job server URL, which a driver cannot join
     connect(log_to_driver=False)
-    remote = ray.remote(num_cpus=1)(_run_unit_on_ray)
+    # A unit is a pure function of its arguments (its own seed), so running it again on another node gives the
+    # same bytes. Ray retries a task whose worker or node died, and runs a finished one again when its result
+    # was lost with its node before the driver fetched it; both use up max_retries. Errors the unit raises
+    # itself (bad input) are not retried (retry_exceptions stays off). 3 is Ray's default, written here
+    # because losing nodes mid-run depends on it (tests/bert_core/launch/test_ray_shards_multinode.py).
+    remote = ray.remote(num_cpus=1, max_retries=UNIT_RETRIES)(_run_unit_on_ray)
     vocab_ref = ray.put(vocab_file.read_bytes())
     vocab_sha = manifest.sha256_file(vocab_file)
     window = max(workers, int(ray.available_resources().get("CPU", 1))) + 1
-    yield lambda units: data_shards.ordered(
-        lambda unit: remote.remote(vocab_ref, vocab_sha, config.do_lower_case, config, unit),
-        ray.get, units, window, stats)
+
+    def submit(unit: Unit):
+        # SPREAD: the units go round the nodes that have a free CPU, rather than filling one node first (Ray's
+        # default packs short tasks onto few nodes), so the work and a lost node's share are spread evenly.
+        # Named for the dashboard and Ray's state API: which file and chunk ran where, and how often.
+        return remote.options(name=unit_task_name(unit), scheduling_strategy="SPREAD").remote(
+            vocab_ref, vocab_sha, config.do_lower_case, config, unit)
+
+    yield lambda units: data_shards.ordered(submit, ray.get, units, window, stats)
+
+
+def unit_task_name(unit: Unit) -> str:
+    return f"make-shards unit {unit[0]}:{unit[1]}"
 
 
 def make_shards(*args: Any, **kwargs: Any) -> dict[str, Any]:

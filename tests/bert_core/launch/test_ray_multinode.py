@@ -14,13 +14,7 @@ s3:// URIs on the moto server.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -33,7 +27,7 @@ from bert_core.io import storage
 from bert_core.launch.run import run_step
 from bert_core.model.weights import read_state_dict
 from bert_core.pretrain.step import PRETRAIN, PretrainConfig, pretrain
-from bert_pipeline.stack.state import free_port
+from tests import multinode_cluster
 from tests.fault_injection import RecordSteps, SignalAtStep, recorded_steps
 from tests.synthetic_shards import tiny_model_config, write_shards
 
@@ -44,93 +38,14 @@ BUCKET = "multinode"
 WATCHER_POLL_S = 0.5
 
 
-class LoopbackCluster:
-    """Ray nodes started as `ray start ... --block` processes on 127.0.0.1 (each its own raylet), as an operator
-    starts them on separate machines; each in its own process group, stopped by signalling that group (never
-    `ray stop`, which would stop every Ray instance on the machine)."""
-
-    def __init__(self, temp_dir: str, env: dict[str, str]):
-        self.temp_dir, self.env = temp_dir, env
-        self.procs: dict[str, subprocess.Popen] = {}  # node name -> its `ray start --block`
-        port = free_port()
-        while 10002 <= port <= 19999:  # Ray's worker-port range: refused for the head
-            port = free_port()
-        self.address = f"127.0.0.1:{port}"
-        self._start("head", ["--head", "--port", str(port), "--num-cpus", "0", "--include-dashboard", "false",
-                             "--temp-dir", temp_dir, "--disable-usage-stats"])
-
-    def _start(self, name: str, args: list[str]) -> None:
-        ray_bin = str(Path(sys.executable).with_name("ray"))
-        self.procs[name] = subprocess.Popen([ray_bin, "start", "--block", "--node-ip-address", "127.0.0.1", *args],
-                                            env=self.env, start_new_session=True, stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.DEVNULL)
-
-    def add_worker(self, name: str) -> None:
-        """A 1-CPU worker node, with a custom resource `name` that tells its node id apart."""
-        self._start(name, ["--address", self.address, "--num-cpus", "1", "--resources", json.dumps({name: 1})])
-        self.wait_for(lambda nodes: any(name in n["Resources"] for n in nodes))
-
-    def wait_for(self, condition, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if ray.is_initialized() and condition([n for n in ray.nodes() if n["Alive"]]):
-                return
-            time.sleep(0.5)
-        raise TimeoutError("Ray nodes did not reach the expected state")
-
-    def name_of(self, node_id: str) -> str:
-        node = next(n for n in ray.nodes() if n["NodeID"] == node_id)
-        return next(name for name in self.procs if name in node["Resources"])
-
-    def kill_raylet(self, name: str) -> None:
-        """SIGKILL the node's raylet, as when the machine vanishes; its workers die with it."""
-        import psutil
-
-        parent = psutil.Process(self.procs[name].pid)
-        raylet = next(p for p in parent.children(recursive=True) if p.name() == "raylet")
-        raylet.send_signal(signal.SIGKILL)
-
-    def stop(self, name: str) -> None:
-        proc = self.procs.pop(name)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
-            try:
-                proc.wait(timeout=20)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # what is left of its group
-
-    def stop_all(self) -> None:
-        for name in [n for n in self.procs if n != "head"] + ["head"]:
-            if name in self.procs:
-                self.stop(name)
-
-
 @pytest.fixture(scope="module")
-def s3_env(tmp_path_factory):
-    """moto on loopback and the environment every node gets (set before a node starts: its raylet passes it on
-    to the workers); shards uploaded to S3; the reference: the same run in this process on one worker, never
-    interrupted."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in (("AWS_ENDPOINT_URL", f"http://{host}:{port}"), ("AWS_ACCESS_KEY_ID", "testing"),
-                           ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_DEFAULT_REGION", "us-east-1"),
-                           ("RAY_AUTH_MODE", "disabled"), ("RAY_USAGE_STATS_ENABLED", "0"),
-                           ("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", str(WATCHER_POLL_S)),
-                           # A lost node is declared dead after ~1.5 s instead of Ray's default ~30 s.
-                           ("RAY_health_check_period_ms", "500"), ("RAY_health_check_timeout_ms", "500"),
-                           ("RAY_health_check_failure_threshold", "3")):
-            mp.setenv(key, value)
-        mp.delenv("RAY_ADDRESS", raising=False)
+def s3_env():
+    """moto on loopback and the environment every node gets; shards uploaded to S3; the reference: the same run
+    in this process on one worker, never interrupted."""
+    with tempfile.TemporaryDirectory() as tmp, multinode_cluster.moto_s3(
+            {"RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S": str(WATCHER_POLL_S)}):
         storage.s3_client().create_bucket(Bucket=BUCKET)
-        root = tmp_path_factory.mktemp("multinode")
+        root = Path(tmp)
         local = write_shards(root / "shards", num_shards=2, per_shard=32, max_seq_length=32)
         storage.upload_dir(local, f"s3://{BUCKET}/shards")
         model = tiny_model_config(root / "tiny.json")  # dropout off
@@ -144,7 +59,6 @@ def s3_env(tmp_path_factory):
 
         pretrain(make("reference", output=str(root / "reference"), num_workers=1, ckpt_interval=0, storage=None))
         yield make, read_state_dict(root / "reference" / "model.safetensors")
-    server.stop()
 
 
 @pytest.fixture
@@ -152,25 +66,8 @@ def cluster(s3_env):
     """A fresh cluster per test (a head with 0 CPUs: no training there, two 1-CPU worker nodes) that the driver,
     this process, joins. Fresh: Ray Data's AutoscalingCoordinator, which sizes elastic groups, keeps a finished
     run's reservation for a while, so a second run on the same cluster may start smaller."""
-    temp_dir = tempfile.mkdtemp(prefix="rmn", dir="/tmp")  # socket paths must stay short
-    nodes = LoopbackCluster(temp_dir, dict(os.environ))
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                ray.init(address=nodes.address, include_dashboard=False, configure_logging=False, log_to_driver=True)
-                break
-            except ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1.0)
-        for name in ("node_a", "node_b"):  # one after another: simultaneous starts race for ports
-            nodes.add_worker(name)
+    with multinode_cluster.joined_cluster() as nodes:
         yield nodes
-    finally:
-        ray.shutdown()
-        nodes.stop_all()
-        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _weights(uri: str) -> dict[str, torch.Tensor]:
