@@ -85,13 +85,29 @@ def absolutize(spec: StepSpec, config: Any) -> Any:
     return dataclasses.replace(config, **changes)
 
 
+# How long workers hold after a drain notice before they stop waiting for Ray Train to replace the group: Ray
+# restarts it when the drained node goes or at the deadline; a group still here well after that was not
+# replaced (e.g. the drain was cancelled) and must not wait forever.
+HOLD_AFTER_DEADLINE_S = 120.0
+HOLD_WITHOUT_DEADLINE_S = 900.0
+
+
+def hold_limit(deadline_ms: int | None, now: float) -> float:
+    """The time (time.time()) until which workers hold after a drain notice with this deadline."""
+    if deadline_ms is None:
+        return now + HOLD_WITHOUT_DEADLINE_S
+    return max(now, deadline_ms / 1000) + HOLD_AFTER_DEADLINE_S
+
+
 class RayPreemption:
     """Drain notices from Ray Train's preemption watcher (bert_core.train.step_spec.Preemption).
 
     `ray.train.get_preemption_info()` is a barrier across the workers, so every worker asks after the same
     steps. After the just-in-time checkpoint the workers hold: Ray Train's controller restarts the group (from
     that checkpoint) when the drained node goes or its deadline passes (FailureConfig.preemption_grace_s later),
-    charged to FailureConfig.max_preemption_failures (default: unlimited), not to --max-failures."""
+    charged to FailureConfig.max_preemption_failures (default: unlimited), not to --max-failures. A group that is
+    not replaced by `hold_limit` fails instead, so Ray Train restarts it from the same checkpoint (charged to
+    --max-failures): no step is lost either way, and nothing waits forever."""
 
     def __init__(self) -> None:
         self.info: Any = None
@@ -101,15 +117,20 @@ class RayPreemption:
         return self.info is not None
 
     def hold(self, step: int) -> None:
+        info = self.info
+        limit = hold_limit(info.deadline_ms, time.time())
+        nodes = ", ".join(n[:8] for n in info.preempted_node_ids)
         if ray.train.get_context().get_world_rank() == 0:
-            info = self.info
             left = ("no deadline" if info.deadline_ms is None
                     else f"deadline in {info.deadline_ms / 1000 - time.time():.0f} s")
             log.warning("step %d: drain notice for node %s (ranks %s, %s): checkpoint of step %d committed; "
-                        "waiting for Ray Train to restart the group without that node", step,
-                        ", ".join(n[:8] for n in info.preempted_node_ids), info.preempted_ranks, left, step)
-        while True:  # ended by the controller, which stops these workers
+                        "waiting for Ray Train to restart the group without that node", step, nodes,
+                        info.preempted_ranks, left, step)
+        while time.time() < limit:  # normally ended by the controller, which stops these workers
             time.sleep(1.0)
+        raise RuntimeError(f"step {step}: node {nodes} had a drain notice, but the worker group was not replaced "
+                           f"in time (deadline + {HOLD_AFTER_DEADLINE_S:.0f} s, or {HOLD_WITHOUT_DEADLINE_S:.0f} s "
+                           f"without one); failing so that Ray Train restarts the group from the step-{step} checkpoint")
 
 
 class RayCheckpointStore:
@@ -175,27 +196,33 @@ def _root_error(exc: BaseException) -> BaseException:
 class _Job:
     name: str  # the Ray run's name under storage
     storage: str
-    num_workers: int  # the most workers (MAX of an elastic range)
+    min_workers: int  # below max_workers: an elastic group
+    max_workers: int
     use_gpu: bool
-    max_failures: int = 0
-    keep_checkpoints: int | None = None
-    min_workers: int | None = None  # below num_workers: an elastic group
-    placement_timeout: float = 300.0
-    resize_interval: float = 60.0
-    step: str = "train"
+    placement_timeout: float
+    resize_interval: float | None  # elastic groups only (pretraining's --resize-interval)
+    max_failures: int
+    keep_checkpoints: int | None
+    step: str
 
     def scaling(self) -> ScalingConfig:
-        low = max(1, self.min_workers or self.num_workers)
-        high = max(1, self.num_workers)
-        return ScalingConfig(num_workers=(low, high) if low < high else high, use_gpu=self.use_gpu,
-                             resources_per_worker=self.resources(), elastic_resize_monitor_interval_s=self.resize_interval)
+        if self.elastic:
+            return ScalingConfig(num_workers=(self.min_workers, self.max_workers), use_gpu=self.use_gpu,
+                                 resources_per_worker=self.resources(),
+                                 elastic_resize_monitor_interval_s=self.resize_interval)
+        return ScalingConfig(num_workers=self.max_workers, use_gpu=self.use_gpu, resources_per_worker=self.resources())
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_workers < self.max_workers
 
     def resources(self) -> dict[str, float]:
         return {"GPU": 1.0} if self.use_gpu else {"CPU": 1.0}
 
     def describe(self) -> str:
-        low = max(1, self.min_workers or self.num_workers)
-        return f"{low} to {self.num_workers} workers (elastic)" if low < self.num_workers else f"{self.num_workers} worker(s)"
+        if self.elastic:
+            return f"{self.min_workers} to {self.max_workers} workers (elastic)"
+        return f"{self.max_workers} worker(s)"
 
 
 def _tracking_payload(tracker: Tracker) -> dict[str, Any]:
@@ -205,11 +232,10 @@ def _tracking_payload(tracker: Tracker) -> dict[str, Any]:
 def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: _Job) -> Any:
     """Start (or attach to) Ray, run `worker` on every worker of a TorchTrainer, return rank 0's result.
     A BertPipelineError raised on a worker comes back as one (the user's mistake, said once)."""
-    connect(local_cpus=max(job.num_workers, os.cpu_count() or 1))  # locally, enough CPUs for one worker each
+    connect(local_cpus=max(job.max_workers, os.cpu_count() or 1))  # locally, enough CPUs for one worker each
     env = worker_env()
-    low = max(1, job.min_workers or job.num_workers)
-    watch = WorkerGroupWatch(job.step, low, job.resources(), job.placement_timeout, payload.get("tracking_uri"),
-                             payload.get("mlflow_run_id"), elastic=low < job.num_workers)
+    watch = WorkerGroupWatch(job.step, job.min_workers, job.resources(), job.placement_timeout,
+                             payload.get("tracking_uri"), payload.get("mlflow_run_id"), elastic=job.elastic)
     trainer = TorchTrainer(
         worker,
         train_loop_config=payload,
@@ -258,8 +284,7 @@ def fit(spec: StepSpec, config: Any, plan: Plan, tracker: Tracker, name: str,
     payload = {"spec": spec, "config": dataclasses.asdict(config), "plan": plan, "hooks": tuple(hooks),
                **_tracking_payload(tracker)}
     low, high = config.workers()
-    job = _Job(name, storage_path(config), high, config.use_gpu, getattr(config, "max_failures", 0),
-               getattr(config, "keep_checkpoints", 0) or None, min_workers=low,
-               placement_timeout=config.placement_timeout, resize_interval=getattr(config, "resize_interval", 60.0),
-               step=spec.name)
+    job = _Job(name, storage_path(config), max(1, low), max(1, high), config.use_gpu, config.placement_timeout,
+               getattr(config, "resize_interval", None), getattr(config, "max_failures", 0),
+               getattr(config, "keep_checkpoints", 0) or None, spec.name)
     return _fit(_worker, payload, job)

@@ -34,7 +34,8 @@ class Preemption(Protocol):
         ...
 
     def hold(self, step: int) -> None:
-        """After the just-in-time checkpoint of `step`: wait until the launcher replaces the group (never returns)."""
+        """After the just-in-time checkpoint of `step`: wait until the launcher replaces the group. Never returns:
+        raises when the group was not replaced in a bounded time (nothing waits forever for a node)."""
         ...
 
 

@@ -1,0 +1,33 @@
+"""A drain notice that never leads to a restart must not hold the workers forever (RayPreemption.hold)."""
+
+from types import SimpleNamespace
+
+import pytest
+import ray.train
+
+from bert_core.launch import ray_train
+from bert_core.launch.ray_train import (
+    HOLD_AFTER_DEADLINE_S,
+    HOLD_WITHOUT_DEADLINE_S,
+    RayPreemption,
+    hold_limit,
+)
+
+
+def test_hold_limit_follows_the_deadline():
+    assert hold_limit(None, 1000.0) == 1000.0 + HOLD_WITHOUT_DEADLINE_S
+    assert hold_limit(1_030_000, 1000.0) == 1030.0 + HOLD_AFTER_DEADLINE_S
+    assert hold_limit(900_000, 1000.0) == 1000.0 + HOLD_AFTER_DEADLINE_S  # a deadline already past
+
+
+@pytest.mark.timeout(30)  # a hold without a bound would spin on the fake clock forever
+def test_hold_gives_up_with_an_error_when_the_group_is_not_replaced(monkeypatch):
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(ray_train.time, "time", lambda: clock["now"])
+    monkeypatch.setattr(ray_train.time, "sleep", lambda s: clock.__setitem__("now", clock["now"] + s))
+    monkeypatch.setattr(ray.train, "get_context", lambda: SimpleNamespace(get_world_rank=lambda: 0))
+    preemption = RayPreemption()
+    preemption.info = SimpleNamespace(deadline_ms=1_010_000, preempted_node_ids=["abcdef0123"], preempted_ranks=[1])
+    with pytest.raises(RuntimeError, match="step 7: node abcdef01 had a drain notice.*step-7 checkpoint"):
+        preemption.hold(7)
+    assert clock["now"] >= 1010.0 + HOLD_AFTER_DEADLINE_S  # it held until the limit, not less
