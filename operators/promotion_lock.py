@@ -116,18 +116,19 @@ def _live_tickets(client, lock: str) -> list:
 
 
 @contextlib.contextmanager
-def held(client, name: str, candidate: str, source: str, run_id: str | None) -> Iterator[Ticket]:
+def held(client, name: str, candidate: str, run_id: str | None) -> Iterator[Ticket]:
     """Hold the promotion lock of registered model `name` (for its version `candidate`) while the block runs.
 
-    `source`/`run_id`: the candidate version's, given to the ticket (a version needs a source: one the registry
-    already accepted for this model, so a server's source policy cannot refuse it; no model id, so the logged
-    model is not linked to the ticket)."""
+    `run_id`: the candidate's run. A version needs a source the registry accepts: `runs:/<its run>/...` is
+    accepted by a server with the run's id alone, and names no logged model, so none is linked to the ticket
+    (without a run: the candidate version itself, which a server links to its logged model)."""
     from mlflow.exceptions import MlflowException
 
     lock = lock_name(name)
     ensure_registered_model(client, lock, f"Promotion lock of {name} (bert-pipeline, operators/promotion_lock.py): "
                                           "each version is one running promotion's ticket, deleted when it ends.")
     refreshed_at = time.monotonic()
+    source = f"runs:/{run_id}/promotion-ticket" if run_id else f"models:/{name}/{candidate}"
     ticket = client.create_model_version(lock, source, run_id=run_id,
                                          tags={**_holder(), "candidate": f"{name}/{candidate}"},
                                          description="waiting")

@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -234,7 +235,7 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
             champion_version, _, promoted, _ = judge(None)
             if promoted and champion_version != version:
                 served = serving_check(name, version)
-        with promotion_lock.held(client, name, version, registered.source, registered.run_id) as ticket:
+        with promotion_lock.held(client, name, version, registered.run_id) as ticket:
             champion_version, champion, promoted, reasons = judge(served)
             if promoted and check_serving and served is None and champion_version != version:
                 continue  # the champion was moved (by hand) since the first look: check serving, then judge again
@@ -290,6 +291,9 @@ def _judge(client, name: str, version: str, candidate: dict[str, float], gates: 
     return champion_version, champion, promoted, reasons
 
 
+_LOADING = threading.Lock()
+
+
 def serving_check(name: str, version: str) -> dict[str, Any]:
     """{"examples": n, "problems": [...]}: the registered version loaded as a server loads it
     (mlflow.pyfunc.load_model), answering the dev examples that were scored (bert_core.deploy.mlflow_model)."""
@@ -301,7 +305,10 @@ def serving_check(name: str, version: str) -> dict[str, Any]:
         # Loaded from a download of our own, removed afterwards: MLflow's default is a temp dir it never
         # deletes, a copy of the model per promotion in a long-lived worker's /tmp.
         with tempfile.TemporaryDirectory(prefix="bert-serving-check-") as copy:
-            model = mlflow.pyfunc.load_model(f"models:/{name}/{version}", dst_path=copy)
+            # MLflow loads a model logged from code through one process-wide slot (mlflow.models.set_model):
+            # two threads loading at once could get each other's model.
+            with _LOADING:
+                model = mlflow.pyfunc.load_model(f"models:/{name}/{version}", dst_path=copy)
             examples, problems = check_served(model)
     except Exception as exc:  # noqa: BLE001 - any failure to load or answer is the finding itself
         log.exception("%s version %s: the registered model could not be loaded or run", name, version)
