@@ -9,10 +9,10 @@ MLflow specifics:
   $BERT_PIPELINE_HOME or ./.bert-pipeline. Any sqlite store keeps its artifacts beside its database
   (`mlartifacts/`); $BERT_PIPELINE_ARTIFACT_ROOT overrides (`artifact_location`).
 - Tags: git_sha, pipeline_run_id (Airflow's AIRFLOW_CTX_DAG_RUN_ID when under Airflow), data_sha256.
-- The final model is logged as an MLflow *logged model* (the task pyfunc of bert_core.deploy.mlflow_model,
-  whose artifact is the model directory: config.json + model.safetensors + vocab.txt [+ task.json]), so the
-  registry step can register `runs:/<run_id>/model` and `mlflow models serve` can serve it; a bare artifact
-  directory could be neither.
+- The final model is logged as an MLflow *logged model* named `model` (the task pyfunc of
+  bert_core.deploy.mlflow_model, whose artifact is the model directory: config.json + model.safetensors +
+  vocab.txt [+ task.json]), so the registry step can register it (from its own URI, `models:/m-...`, found by
+  run and name) and `mlflow models serve` can serve it; a bare artifact directory could be neither.
 """
 
 from __future__ import annotations

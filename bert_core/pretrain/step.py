@@ -320,8 +320,8 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     model = build_model(run)
     model_config = model.config
     run.check_data_fits_model()
-    vocab_file = (config.vocab or getattr(model, "vocab_file", None) or data_dir_files(shards, "vocab.txt")
-                  or recorded_vocab(shards))
+    vocab_file = ((config.vocab and storage.local_file(config.vocab)) or getattr(model, "vocab_file", None)
+                  or data_dir_files(shards, "vocab.txt") or recorded_vocab(shards))
     model.to(device)
 
     stream_cfg = StreamConfig(config.batch_size, config.seed, config.num_buckets, config.use_avg_len)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import fnmatch
 import glob
-import hashlib
 import json
 import logging
 import math
@@ -490,12 +489,7 @@ def recorded_vocab(shards: ShardSet) -> Path | None:
             continue
         uri = str(vocab["uri"])
         try:
-            if storage.is_s3(uri):
-                local = storage.cache_root() / "vocab" / hashlib.sha256(uri.encode()).hexdigest()[:16] / "vocab.txt"
-                if not local.is_file():
-                    storage.download_file(uri, local)
-            else:
-                local = storage.local_path(uri)
+            local = storage.local_file(uri)
         except Exception as exc:  # a moved or unreadable vocab only costs the fallback
             log.warning("%s: cannot read the shards' vocab (%s)", uri, exc)
             continue
