@@ -160,7 +160,7 @@ class PlainView:
 
 
 class LiveView:
-    """Every task's line, redrawn in place four times a second (durations tick while a task runs)."""
+    """Every task's line, redrawn in place twice a second (durations tick while a task runs)."""
 
     def __init__(self, terminal: Terminal):
         from rich.console import Console
@@ -195,7 +195,7 @@ class LiveView:
         from rich.live import Live
 
         self._lines = [TaskLine(t) for t in task_ids]
-        self._live = Live(get_renderable=self._render, console=self.console, refresh_per_second=4,
+        self._live = Live(get_renderable=self._render, console=self.console, refresh_per_second=2,
                           redirect_stdout=False, redirect_stderr=False, transient=False)
         self._live.start()
 

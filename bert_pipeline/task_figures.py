@@ -138,6 +138,8 @@ SHAPES: list[tuple[Callable[[Any], bool], Callable[[Any], str]]] = [
      lambda v: f"{_plural(len(v), 'task')}: {', '.join(x['task'] for x in v)}"),
     (lambda v: isinstance(v, list) and v and all(isinstance(x, dict) and "role" in x for x in v),
      lambda v: f"{_plural(len(v), 'model version')} to score"),
+    (lambda v: isinstance(v, list) and v and all(isinstance(x, dict) and {"index", "pretrain"} <= x.keys() for x in v),
+     lambda v: _plural(len(v), "pretraining phase")),
     (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
      lambda v: _plural(len(v), "file")),
     (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v), lambda v: _plural(len(v), "item")),

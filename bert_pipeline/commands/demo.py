@@ -20,7 +20,7 @@ DAG_ID = "bert_demo"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_run_arguments(parser)
+    add_run_arguments(parser, example='{"pretrain_num_steps": 600}')
     parser.add_argument("--work-dir", metavar="DIR_OR_URI",
                         help="where the run's artifacts go: a directory or an s3:// prefix (AWS_ENDPOINT_URL and the "
                              "usual AWS credentials apply) (default: HOME/demo/<UTC timestamp>)")

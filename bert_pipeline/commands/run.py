@@ -23,11 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a JSON file with the DAG params; --conf entries win over it")
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+def add_run_arguments(parser: argparse.ArgumentParser, example: str = '{"num_steps": 10}') -> None:
     """The flags `run` and `demo` share."""
     parser.add_argument("--conf", metavar="JSON",
                         help='DAG params as a JSON object, as "Trigger DAG" in the Airflow UI takes them, e.g. '
-                             '\'{"num_steps": 10}\' (an unknown param fails the run\'s plan task, naming it)')
+                             f"'{example}' (an unknown param fails the run's plan task, naming it)")
     parser.add_argument("--home", metavar="DIR",
                         help="embedded home for Airflow, MLflow, Ray results and the runs' outputs "
                              "(default: $BERT_PIPELINE_HOME or ./.bert-pipeline)")

@@ -101,6 +101,8 @@ def test_key_figures_from_return_values(tmp_path):
     assert describe({"instances": 340, "validation": "v.json", "shards_dir": "s"}) == (
         "340 instances: all expectations met")
     assert describe({"status": "failed", "regressions": ["bert-sst-2/accuracy"]}) == "failed: bert-sst-2/accuracy"
+    assert describe([{"name": "", "index": 0, "pretrain": {}, "shards": {}}]) == "1 pretraining phase"
+    assert describe(["a.txt", "b.txt"]) == "2 files"
     assert describe(_shards(tmp_path / "a", 300)) == "1 shard, 300 instances"
     assert figure([_shards(tmp_path / "b", 20), _shards(tmp_path / "c", 22)]) == "2 shards, 42 instances"
     assert describe("s3://bucket/run/shards") == "s3://bucket/run/shards"  # named, never fetched
@@ -126,7 +128,7 @@ def test_live_view_redraws_the_lines_in_place_within_the_width():
     view = LiveView(Terminal(out, True, 60))
     view.start(["plan", "pretrain"])
     view.update(task_lines(["plan", "pretrain"], [row("plan", "running")]))
-    view._live.refresh()  # what its refresh thread does four times a second
+    view._live.refresh()  # what its refresh thread does twice a second
     view.stop(task_lines(["plan", "pretrain"], [row("plan", "success", seconds=3, value={"work_dir": "/" + "w" * 80}),
                                                 row("pretrain", "upstream_failed")]))
     screen = out.getvalue()
