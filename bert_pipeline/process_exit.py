@@ -40,9 +40,10 @@ def _flush() -> None:
 def exit_process(status: int) -> None:
     """Shut down as Python would (threads, atexit handlers), then leave with `status`, skipping teardown."""
     _flush()
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    # What the interpreter runs first at exit: the threading module's exit hooks (concurrent.futures' among them,
+    # which tell idle pool workers, such as MLflow's artifact-upload threads, to stop), then it joins every
+    # non-daemon thread. Joining without those hooks waits forever on an idle pool's workers.
+    threading._shutdown()
     try:
         atexit._run_exitfuncs()  # the handlers the interpreter would run next, in the same order
     finally:

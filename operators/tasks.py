@@ -114,7 +114,7 @@ def pretrain(shards_dir: str, output: str, settings: dict[str, Any] | None = Non
     ensure_experiment("bert-pretrain")
     result = run_step(PRETRAIN, config)
     return {"output": output, "metrics": result["metrics"], "mlflow_run_id": result.get("mlflow_run_id"),
-            "metrics_on": "held-out" if data_eval else "training data",
+            "steps": result.get("training", {}).get("steps"), "metrics_on": "held-out" if data_eval else "training data",
             "learning_check": result.get("learning_check", {}).get("status")}
 
 

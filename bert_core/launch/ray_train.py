@@ -45,7 +45,7 @@ from bert_core.deploy.mlflow_model import pyfunc_spec
 from bert_core.errors import BertPipelineError
 from bert_core.io import storage
 from bert_core.io.tracking import NullTracker, Tracker, build_tracker, pipeline_home
-from bert_core.launch.ray_cluster import connect, worker_env
+from bert_core.launch.ray_cluster import connect, on_local_instance, worker_env
 from bert_core.launch.ray_elastic import WorkerGroupWatch
 from bert_core.train.checkpointing import step_dir_name
 from bert_core.train.step_spec import Plan, StepHook, StepSpec, Worker
@@ -192,6 +192,32 @@ def _root_error(exc: BaseException) -> BaseException:
     return exc
 
 
+# Ray Train starts a PreemptionWatcher actor for each worker group: it relays a node's drain notice to
+# ray.train.get_preemption_info(), which RayPreemption asks. Ray creates it restartable (max_restarts=-1) with the
+# workers' actor handles as constructor arguments, and Ray core logs an error for any such actor when it is
+# created ("... has constructor arguments in the object store and max_restarts > 0", ray-project/ray#53727).
+# The watcher is only of use to a resumable step (the others keep no checkpoint to save on a notice) on a
+# cluster whose nodes can be drained; the local instance connect() starts is this machine alone, and if its only
+# node went, the driver would go with it. So it runs where it can act, and nowhere else (a value of
+# PREEMPTION_WATCHER_ENV the user set wins). On a cluster the error line stays: the handles it warns about belong
+# to the worker group, which outlives the watcher (Ray Train kills the watcher before replacing the group).
+PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
+
+
+@contextlib.contextmanager
+def preemption_watcher(enabled: bool):
+    """While the block runs, Ray Train starts the preemption watcher only when `enabled` (it reads the variable
+    when fit() creates its controller, and passes it on to it)."""
+    if enabled or PREEMPTION_WATCHER_ENV in os.environ:
+        yield
+        return
+    os.environ[PREEMPTION_WATCHER_ENV] = "0"
+    try:
+        yield
+    finally:
+        os.environ.pop(PREEMPTION_WATCHER_ENV, None)
+
+
 @dataclass
 class _Job:
     name: str  # the Ray run's name under storage
@@ -204,6 +230,7 @@ class _Job:
     max_failures: int
     keep_checkpoints: int | None
     step: str
+    resumable: bool  # takes drain notices (RayPreemption): a checkpoint to save before a node goes
 
     def scaling(self) -> ScalingConfig:
         if self.elastic:
@@ -252,7 +279,8 @@ def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: 
     log.info("Ray Train: %s%s, run %r under %s", job.describe(), " on GPUs" if job.use_gpu else "",
              job.name, job.storage)
     try:
-        result = trainer.fit()
+        with preemption_watcher(job.resumable and not on_local_instance()):
+            result = trainer.fit()
     except ray.train.TrainingFailedError as exc:
         root_error = _root_error(exc)
         if isinstance(root_error, BertPipelineError):
@@ -286,5 +314,5 @@ def fit(spec: StepSpec, config: Any, plan: Plan, tracker: Tracker, name: str,
     low, high = config.workers()
     job = _Job(name, storage_path(config), max(1, low), max(1, high), config.use_gpu, config.placement_timeout,
                getattr(config, "resize_interval", None), getattr(config, "max_failures", 0),
-               getattr(config, "keep_checkpoints", 0) or None, spec.name)
+               getattr(config, "keep_checkpoints", 0) or None, spec.name, spec.resumable)
     return _fit(_worker, payload, job)

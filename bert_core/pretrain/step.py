@@ -423,7 +423,7 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
                   "mlm_accuracy_over_chance": final["mlm_accuracy"] - watch.baseline.mlm})
     tracker.log_metrics({f"eval_{k}": v for k, v in final.items()}, step)
     verdict = watch.finish(step, final, heldout=eval_shards is not None)
-    _report_verdict(verdict, tracker, eval_shards is not None)
+    _report_verdict(verdict, tracker)
     result_manifest = None
     if rank == 0:
         result_manifest = _write_output(run, model, vocab_file, inputs, started, final, tracker, {
@@ -463,18 +463,13 @@ def _watch_check(watch: LearningWatch, step: int, tracker: Tracker, heldout: dic
     tracker.set_tags({"learning_check": watch.verdict.status})
 
 
-def _report_verdict(verdict, tracker: Tracker, heldout: bool) -> None:
+def _report_verdict(verdict, tracker: Tracker) -> None:
     tracker.set_tags({"learning_check": verdict.status,
                       "learning_check.problems": " | ".join(verdict.problems)[:5000] or "none"})
     if dist.rank() != 0:
         return
-    if verdict.status == "not_learning":
-        log.warning("this run did not learn (%s data): %s", "held-out" if heldout else "training",
-                    "; ".join(verdict.problems))
-    elif verdict.status == "warned":
-        log.warning("learning check: masked-LM accuracy ends above chance, but: %s", "; ".join(verdict.problems))
-    elif verdict.status == "too_short":
-        log.info("learning check: the run was too short for the check points (%s)", verdict.checked_at)
+    # One sentence: the final figures against chance, then what the check points saw earlier.
+    log.log(logging.WARNING if verdict.status in ("not_learning", "warned") else logging.INFO, "%s", verdict.summary)
 
 
 def _log_interval(tracker: Tracker, bar: tqdm, interval: _Interval, result, step: int) -> dict[str, float]:

@@ -62,3 +62,15 @@ def test_status_output_threads_and_atexit(tmp_path, body, status, stderr):
     assert stderr in done.stderr
     # The non-daemon thread finished before the atexit handlers ran, as in a normal interpreter exit.
     assert marks.read_text() == "thread\natexit\n"
+
+
+def test_an_idle_thread_pool_does_not_hold_the_exit(tmp_path):
+    # A pool kept alive to the end (as MLflow keeps its artifact repositories' pools): its idle workers are
+    # non-daemon threads that stop only when the threading module's exit hooks tell them to.
+    script = tmp_path / "pool.py"
+    script.write_text("import concurrent.futures\n"
+                      "from bert_pipeline.process_exit import run_and_exit\n"
+                      "pool = concurrent.futures.ThreadPoolExecutor(2)\n"
+                      "run_and_exit(lambda: pool.submit(print, 'done').result())\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "done\n"), done.stderr
