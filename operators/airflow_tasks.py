@@ -5,6 +5,8 @@
   no-op, and outputs are committed atomically), so a retry is always safe.
 - A BertPipelineError is a verdict, not an accident (bad input, a failed validation gate, a regression): the
   task fails at once, without retries (AirflowFailException), with the error's one-line message.
+- Each try is recorded in the run's directory (operators.run_records: state, start, end, error), for the run
+  report's timeline.
 - S3 credentials may come from an Airflow connection (`aws_default`, or the id in
   BERT_PIPELINE_AWS_CONN_ID; login = access key id, password = secret key, extras `endpoint_url` and
   `region_name`) when the environment has none. They are handed to boto3 through this task process's
@@ -27,6 +29,7 @@ from typing import Any
 from airflow.sdk import task as airflow_task
 
 from bert_core.errors import BertPipelineError
+from operators.run_records import recorded
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +87,7 @@ def bert_task(python_callable: Callable | None = None, **task_kwargs: Any):
         def run(*args: Any, **kwargs: Any) -> Any:
             from airflow.sdk.exceptions import AirflowFailException
 
-            with s3_credentials_from_connection():
+            with s3_credentials_from_connection(), recorded():
                 try:
                     return fn(*args, **kwargs)
                 except BertPipelineError as exc:

@@ -52,7 +52,7 @@ RENAMED = {"throughput_seq_len": "throughput_max_seq_length"}
 def bert_nightly_regression():
     @bert_task
     def work_dir(params=None, run_id=None) -> str:
-        return locations.work_dir(params, run_id, "nightly")
+        return locations.run_dir("bert_nightly_regression", params, run_id)
 
     @bert_task
     def plan(params=None) -> list[dict]:
