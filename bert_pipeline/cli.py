@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "convert a Google TensorFlow BERT checkpoint to a model directory (config.json + model.safetensors)",
     ),
     "demo": ("bert_pipeline.commands.demo", "run the bert_demo DAG (raw text to a promoted model) on bundled tiny data"),
+    "report": ("bert_pipeline.commands.report", "build a DAG run's report.html: curves, registry decisions, timeline"),
     "stack": (
         "bert_pipeline.commands.stack",
         "start, stop or check the local MLflow server, Ray head and Airflow (up | down | status)",

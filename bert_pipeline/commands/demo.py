@@ -3,7 +3,8 @@
 Sets up an embedded home (BERT_PIPELINE_HOME, default ./.bert-pipeline): Airflow's home and metadata DB
 under it (`airflow db migrate`, idempotent), the DAGs folder pointed at the `pipelines` package
 (`airflow dags reserialize`), the MLflow sqlite store beside them; then runs the DAG with `dag.test()`
-(tasks in this process, pretraining on a local Ray) and prints where everything is.
+(tasks in this process, pretraining on a local Ray), writes the run's report.html (bert_pipeline/report) and
+prints where everything is.
 
 bert_core never imports Airflow: the DAG module is imported by name, after the environment is set.
 """
@@ -108,5 +109,10 @@ def run(args: argparse.Namespace) -> int:
     if summary is None:
         raise BertPipelineError(f"the bert_demo run ended in state {state or 'unknown'}; see the task logs above "
                                 f"and the artifacts under {conf['work_dir']}")
+    from bert_pipeline.report.build import from_run_dir
+
+    with s3_credentials_from_connection():
+        report = from_run_dir(conf["work_dir"])  # report.html in the run dir and its MLflow run (bert-runs)
     print(summary_text(home, summary))
+    print(f"Report (open it in a browser): {report.path}")
     return 0
