@@ -32,8 +32,7 @@ SECTIONS: dict[str, str] = {
     TOLERANCES: "Regression tolerances — how far a figure may fall below its reference before the night fails",
     THROUGHPUT: "Throughput benchmark — our model's speed against transformers', measured in the same run",
     Form.SCALE: "Precision and scale — number format, workers and GPUs, and what happens when a node fails",
-    Form.STORAGE: "Storage and tracking — where outputs and checkpoints go, how the run is evaluated and "
-                  "watched",
+    Form.STORAGE: "Storage and tracking — where outputs and checkpoints go, how the run is checked",
 }
 
 _JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}
