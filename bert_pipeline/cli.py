@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "bert_pipeline.commands.run",
         "run one of the DAGs (bert_pretraining, bert_finetune, ...) once, in this process, with a live task view",
     ),
+    "report": ("bert_pipeline.commands.report", "build a DAG run's report.html: curves, registry decisions, timeline"),
     "stack": (
         "bert_pipeline.commands.stack",
         "start, stop or check the local MLflow server, Ray head and Airflow (up | down | status)",

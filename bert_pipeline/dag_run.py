@@ -40,6 +40,7 @@ class DagRunResult:
     started_at: dt.datetime
     ended_at: dt.datetime
     tasks: list[TaskLine]
+    report: str | None = None  # where the run's report.html is, or why there is none
 
     @property
     def succeeded(self) -> bool:
@@ -161,6 +162,27 @@ def _write_record(result: DagRunResult) -> None:
     os.replace(tmp.name, path)
 
 
+def _report(result: DagRunResult) -> str | None:
+    """The run's report.html (bert_pipeline/report), built from its work dir whatever the run's outcome (a failed
+    run's report shows how far it got); returns the line that says where it is, or why there is none. Built while
+    the run's output still goes to its log, so the report's own messages land there too."""
+    work = (result.conf.get("work_dir") or "").strip()
+    if not work:
+        return None
+    from bert_pipeline.report.build import from_run_dir
+    from operators.airflow_tasks import s3_credentials_from_connection
+
+    try:
+        with s3_credentials_from_connection():  # an s3:// work dir, read with the credentials the tasks had
+            built = from_run_dir(work)
+    except Exception as exc:  # noqa: BLE001  (the run's outcome stands; the traceback is in the log)
+        import traceback
+
+        traceback.print_exc()
+        return f"No report: {type(exc).__name__}: {exc} (log: {result.log_path})"
+    return f"Report (open it in a browser): {built.path}"
+
+
 def _ray_initialized() -> bool:
     ray = sys.modules.get("ray")
     return bool(ray is not None and ray.is_initialized())
@@ -214,6 +236,7 @@ def run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, home: str | os.Pat
         result = DagRunResult(dag_id, getattr(dag_run, "run_id", None) or run_id, state, conf, run_dir, log_path,
                               when, dt.datetime.now(dt.UTC), lines)
         _write_record(result)
+        result.report = _report(result)
         if not ray_before and _ray_initialized():
             sys.modules["ray"].shutdown()  # the local Ray this run started; its goodbye goes to the log
         if error is not None:

@@ -38,11 +38,13 @@ def _flush() -> None:
 
 
 def exit_process(status: int) -> None:
-    """Shut down as Python would (threads, atexit handlers), then leave with `status`, skipping teardown."""
+    """Shut down as Python would (threading's exit hooks and threads, atexit handlers), then leave with `status`,
+    skipping teardown."""
     _flush()
-    # What the interpreter runs first at exit: the threading module's exit hooks (concurrent.futures' among them,
-    # which tell idle pool workers, such as MLflow's artifact-upload threads, to stop), then it joins every
-    # non-daemon thread. Joining without those hooks waits forever on an idle pool's workers.
+    # What the interpreter's own shutdown runs first (threading._shutdown): the hooks registered with
+    # threading._register_atexit, then every non-daemon thread joined. concurrent.futures stops an executor's
+    # idle workers in such a hook: joining them without it waits forever (MLflow keeps a module-level executor
+    # for artifact transfers).
     threading._shutdown()
     try:
         atexit._run_exitfuncs()  # the handlers the interpreter would run next, in the same order

@@ -9,6 +9,8 @@
   Kubernetes: Airflow's configured [core] executor) a run without a shared work dir fails in its first task;
   when the work dir is remote, a task whose return value (XCom) or an output manifest it names holds a local
   path fails, naming the task, the key and the path.
+- Each try is recorded in the run's directory (operators.run_records: state, start, end, error), for the run
+  report's timeline.
 - S3 credentials may come from an Airflow connection (`aws_default`, or the id in
   BERT_PIPELINE_AWS_CONN_ID; login = access key id, password = secret key, extras `endpoint_url` and
   `region_name`) when the environment has none. They are handed to boto3 through this task process's
@@ -32,6 +34,7 @@ from airflow.sdk import task as airflow_task
 
 from bert_core.errors import BertPipelineError
 from operators import handoff
+from operators.run_records import recorded
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +118,7 @@ def bert_task(python_callable: Callable | None = None, **task_kwargs: Any):
             from airflow.sdk.exceptions import AirflowFailException
 
             running = running_task()
-            with s3_credentials_from_connection():
+            with s3_credentials_from_connection(), recorded():
                 try:
                     if running is not None:
                         handoff.check_work_dir(running[1], executor_setting(), running[0])

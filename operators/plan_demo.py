@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from operators.locations import default_model_dir, demo_data, work_dir
+from operators.locations import default_model_dir, demo_data, run_dir
 from operators.plan_finetune import FinetuneTaskPlan, check_task
 from operators.plan_pretraining import check_phase
 
@@ -72,7 +72,7 @@ def plan(params: dict[str, Any], run_id: str | None, values: DemoValues, declare
     params = renamed_params(params, RENAMED, defaults or {}, DAG_ID)
     if declared:
         check_conf_keys(params, declared, DAG_ID)
-    work = work_dir(params, run_id, "demo")
+    work = run_dir(DAG_ID, params, run_id)
     model = params.get("model") or default_model_dir()
     shards = settings_from(params, tuple(values.shards))
     pretrain = settings_from(params, tuple(values.pretrain), PRETRAIN)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from operators.locations import default_model_dir, demo_data, work_dir
+from operators.locations import default_model_dir, demo_data, run_dir
 from operators.plan_checks import check_gpu, max_positions
 
 DAG_ID = "bert_finetune"
@@ -55,7 +55,7 @@ def plan(params: dict[str, Any], run_id: str | None, settings: tuple[str, ...],
     params = renamed_params(params, RENAMED, defaults or {}, DAG_ID)
     if declared:
         check_conf_keys(params, (*declared, DEPRECATED_MAX_LEN), DAG_ID)
-    work = work_dir(params, run_id, "finetune")
+    work = run_dir(DAG_ID, params, run_id)
     model = params.get("model") or default_model_dir()
     bundled = {"sst-2": demo_data("sst2"), "squad": demo_data("squad")}
     overrides = params.get("overrides") or {}

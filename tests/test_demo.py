@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bert_core.io import manifest
+from bert_pipeline.cli import main
 from tests.airflow_home import embedded_env
 from tests.tiny_bert import write_tiny_bert
 
@@ -135,3 +136,49 @@ def test_demo_end_to_end_on_s3(demo_env, tmp_path, monkeypatch):
         assert (work / "registry" / f"{model['name']}-v{model['candidate']}.json").is_file()
     assert {m["name"] for m in summary["models"]} == {"bert-pretrained", "bert-sst-2", "bert-squad"}
     assert not (tmp_path / "mlruns").exists()  # artifacts stay under the home
+
+    # Every task recorded its try in the run directory (the report's timeline).
+    from pipelines.bert_demo import bert_demo
+
+    records = [json.loads(p.read_text()) for p in (work / "tasks").iterdir()]
+    assert {r["task_id"] for r in records} == set(bert_demo().task_ids)
+    assert {r["state"] for r in records} == {"success"} and len({r["run_id"] for r in records}) == 1
+    # The run's report: in the run directory, printed, and in the DAG run's MLflow run with the records it drew.
+    assert f"Report (open it in a browser): {work_uri}/report.html" in out
+    report_run = client.search_runs([client.get_experiment_by_name("bert-runs").experiment_id],
+                                    f"tags.run_dir = '{work_uri}'")[0]
+    assert report_run.data.tags["pipeline_run_id"] == records[0]["run_id"]
+    assert {a.path for a in client.list_artifacts(report_run.info.run_id)} == {"report.html", "report_data.json"}
+    pretrain_run = manifest.read(work / "pretrained")["mlflow_run_id"]
+    assert client.get_run(pretrain_run).data.tags["report_run_id"] == report_run.info.run_id
+    # ... drawn again from MLflow, through the pretraining run.
+    rebuilt = tmp_path / "rebuilt.html"
+    assert main(["report", f"runs:/{pretrain_run}", "--output", str(rebuilt), "--no-mlflow"]) == 0
+    check_report_in_a_browser(work / "report.html", tmp_path)
+    assert rebuilt.read_text().count('<img src="data:image/png;base64,') == 4
+
+
+def check_report_in_a_browser(report, tmp_path) -> None:
+    """report.html as a person sees it: Chromium renders it, every image loaded, no console error, every section
+    there, the registry's refusal of the 8-step pretrained model said in words."""
+    from tests.browser import CHROMEDRIVER, CHROMIUM, MISSING, chromium, console_errors
+
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip(f"the demo passed; the report's browser check {MISSING}")
+    from selenium.webdriver.common.by import By
+
+    driver = chromium(tmp_path / "chromium-profile", window="1300,1000")
+    try:
+        driver.get(report.as_uri())
+        images = driver.find_elements(By.TAG_NAME, "img")
+        loaded = driver.execute_script("return Array.from(document.images).map(i => i.complete && i.naturalWidth)")
+        sections = [s.get_attribute("id") for s in driver.find_elements(By.TAG_NAME, "section")]
+        text = driver.find_element(By.TAG_NAME, "body").text
+        errors = console_errors(driver)
+    finally:
+        driver.quit()
+    assert len(images) == 4 and all(width and width > 400 for width in loaded), loaded  # curves, 2 tasks, timeline
+    assert sections == ["models", "pretraining", "finetuning", "timeline", "serving"]
+    assert not errors, errors
+    assert re.search(r"bert-pretrained v\d+ not promoted", text) and "is below the floor" in text
+    assert "mlflow models serve -m models:/bert-sst-2@champion" in text

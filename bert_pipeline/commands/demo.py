@@ -3,7 +3,7 @@
 `bert-pipeline run bert_demo` with the demo's defaults (its work dir HOME/demo/<UTC timestamp>) and its summary:
 each model's metrics and registry decision, in words where a figure is at chance, and where everything is. The
 run view shows the tasks as they go; the components' own output is in the run's log file (--verbose: on the
-terminal).
+terminal); the run's report.html (bert_pipeline/report) is written at the end, and its path printed.
 """
 
 from __future__ import annotations
@@ -78,9 +78,13 @@ def run(args: argparse.Namespace) -> int:
     result = run_dag(DAG_ID, conf, run_dir_for(home, DAG_ID, conf, when), home=home, verbose=args.verbose)
     if not result.succeeded:
         print(f"\nbert_demo failed (run {result.run_id}); the artifacts so far are under {conf['work_dir']}.")
+        if result.report:
+            print(result.report)
         return 1
     pretrained = result.task("pretrain").values
     took = duration((result.ended_at - result.started_at).total_seconds())
     print(summary_text(home, result.task("summary").values[0], pretrained[0].get("metrics_on") if pretrained else None,
                        result.log_path, took))
+    if result.report:
+        print(result.report)
     return 0

@@ -45,15 +45,22 @@ def run(args: argparse.Namespace) -> int:
     from bert_pipeline.dag_run import conf_from, run_dag, run_dir_for
     from bert_pipeline.run_view import duration
     from bert_pipeline.stack.state import stack_home
+    from operators.locations import RUN_KINDS
 
     conf = conf_from(args.conf, args.conf_file)
     home = stack_home(args.home)
-    result = run_dag(args.dag_id, conf, run_dir_for(home, args.dag_id, conf, stamp()), home=home,
+    when = stamp()
+    # The work dir the DAG would choose itself (HOME/<kind>/...), named here so that the run's log, record and
+    # report sit beside its outputs.
+    conf.setdefault("work_dir", str(home / RUN_KINDS.get(args.dag_id, args.dag_id) / when))
+    result = run_dag(args.dag_id, conf, run_dir_for(home, args.dag_id, conf, when), home=home,
                      verbose=args.verbose)
     took = duration((result.ended_at - result.started_at).total_seconds())
     print(f"\n{result.dag_id} {'finished' if result.succeeded else 'failed'} in {took} (run {result.run_id}).")
     print(f"Run record (tasks, states, figures): {result.run_dir / 'run.json'}")
     if result.succeeded:
         print(f"Log: {result.log_path}")
+    if result.report:
+        print(result.report)
     print(f"Airflow UI on this home: bert-pipeline stack up --home {home}   (then http://127.0.0.1:8080)")
     return 0 if result.succeeded else 1

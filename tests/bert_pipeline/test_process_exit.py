@@ -1,5 +1,5 @@
-"""The command's orderly exit: Python's shutdown work runs (threads joined, atexit handlers, streams flushed),
-the status is the command's, and the interpreter's teardown is skipped."""
+"""The command's orderly exit: Python's shutdown work runs (threading's exit hooks, threads joined, atexit
+handlers, streams flushed), the status is the command's, and the interpreter's teardown is skipped."""
 
 from __future__ import annotations
 
@@ -37,6 +37,11 @@ def late():
 def main():
     marks.write_text("")
     threading.Thread(target=late).start()
+    # A thread pool kept alive, as MLflow keeps its artifact transfers' pool: its idle workers end at exit.
+    global POOL
+    from concurrent.futures import ThreadPoolExecutor
+    POOL = ThreadPoolExecutor(2)
+    POOL.submit(time.sleep, 0).result()
     sys.stdout.write("unflushed output")  # no newline: still in the buffer at exit
     {body}
 
