@@ -1,6 +1,6 @@
 """`bert-pipeline run DAG_ID`: a real bert_pretraining run (dag.test() on an embedded home) whose `plan` passes and
 whose `segment` fails on a missing input, as the command line shows it: the task lines, the failed task's log
-tail and the log file's path, exit status 1; and the flags' errors, before any run."""
+tail and the log file's path, the report of how far it got, exit status 1; and the flags' errors, before any run."""
 
 from __future__ import annotations
 
@@ -39,9 +39,14 @@ def test_a_failing_task_shows_its_log_tail_and_the_log_path(tmp_path):
     assert f"Full log: {log_path}" in tail
     assert "Traceback (most recent call last)" in log_path.read_text()  # the whole traceback stays there
 
-    record = json.loads((log_path.parent / "run.json").read_text())
-    assert record["state"] == "failed" and record["conf"] == {"inputs": [str(missing)]}
-    assert record["run_id"] in lines[1] and log_path.parent == home / "runs" / "bert_pretraining" / log_path.parent.name
+    # The run's files sit in the work dir the DAG would have chosen (HOME/pretraining/<stamp>), beside its outputs.
+    run_dir = log_path.parent
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["state"] == "failed" and record["conf"] == {"inputs": [str(missing)], "work_dir": str(run_dir)}
+    assert record["run_id"] in lines[1] and run_dir == home / "pretraining" / run_dir.name
+    # A failed run has its report too: the timeline shows how far it got.
+    assert f"Report (open it in a browser): {run_dir / 'report.html'}" in lines
+    assert "segment" in (run_dir / "report.html").read_text()
     states = {t["task_id"]: t["state"] for t in record["tasks"]}
     assert states["plan"] == "success" and states["segment"] == "failed" and states["pretrain"] == "upstream_failed"
 
