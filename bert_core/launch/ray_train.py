@@ -235,7 +235,8 @@ def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: 
     connect(local_cpus=max(job.max_workers, os.cpu_count() or 1))  # locally, enough CPUs for one worker each
     env = worker_env()
     watch = WorkerGroupWatch(job.step, job.min_workers, job.resources(), job.placement_timeout,
-                             payload.get("tracking_uri"), payload.get("mlflow_run_id"), elastic=job.elastic)
+                             payload.get("tracking_uri"), payload.get("mlflow_run_id"), elastic=job.elastic,
+                             max_workers=job.max_workers)
     trainer = TorchTrainer(
         worker,
         train_loop_config=payload,
