@@ -208,10 +208,10 @@ def moto_s3(extra_env: dict[str, str] | None = None) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def joined_cluster(workers: tuple[str, ...] = ("node_a", "node_b"), dashboard: bool = False
-                   ) -> Iterator[LoopbackCluster]:
-    """A fresh cluster (a 0-CPU head and 1-CPU `workers`) that this process joins as the driver; torn down
-    after, whatever happened."""
+def joined_cluster(workers: tuple[str, ...] = ("node_a", "node_b"), dashboard: bool = False,
+                   log_to_driver: bool = True) -> Iterator[LoopbackCluster]:
+    """A fresh cluster (a 0-CPU head and 1-CPU `workers`) that this process joins as the driver (printing what
+    Ray's processes log, with `log_to_driver`); torn down after, whatever happened."""
     import ray
 
     temp_dir = tempfile.mkdtemp(prefix="rmn", dir="/tmp")  # socket paths must stay short
@@ -221,7 +221,8 @@ def joined_cluster(workers: tuple[str, ...] = ("node_a", "node_b"), dashboard: b
         deadline = time.monotonic() + 60
         while True:
             try:
-                ray.init(address=nodes.address, include_dashboard=False, configure_logging=False, log_to_driver=True)
+                ray.init(address=nodes.address, include_dashboard=False, configure_logging=False,
+                         log_to_driver=log_to_driver)
                 break
             except ConnectionError:
                 if time.monotonic() > deadline:

@@ -92,6 +92,20 @@ HOLD_AFTER_DEADLINE_S = 120.0
 HOLD_WITHOUT_DEADLINE_S = 900.0
 
 
+# A drain notice's last checkpoint is to be committed this long before the deadline: room for a slow step or
+# checkpoint, and for a cloud that takes the machine a little early. Notices shorter than this plus one
+# checkpoint get no training after the just-in-time checkpoint.
+DRAIN_MARGIN_S = 10.0
+
+
+def steps_before_deadline(deadline_s: float, now: float, step_s: float, checkpoint_s: float,
+                          margin_s: float = DRAIN_MARGIN_S) -> int:
+    """How many more steps of `step_s` fit before a checkpoint of `checkpoint_s` must start to end `margin_s`
+    before the deadline (epoch seconds); one step is kept in reserve."""
+    room = deadline_s - now - margin_s - checkpoint_s
+    return max(0, int(room // max(step_s, 1e-3)) - 1)
+
+
 def hold_limit(deadline_ms: int | None, now: float) -> float:
     """The time (time.time()) until which workers hold after a drain notice with this deadline."""
     if deadline_ms is None:
@@ -103,11 +117,13 @@ class RayPreemption:
     """Drain notices from Ray Train's preemption watcher (bert_core.train.step_spec.Preemption).
 
     `ray.train.get_preemption_info()` is a barrier across the workers, so every worker asks after the same
-    steps. After the just-in-time checkpoint the workers hold: Ray Train's controller restarts the group (from
-    that checkpoint) when the drained node goes or its deadline passes (FailureConfig.preemption_grace_s later),
-    charged to FailureConfig.max_preemption_failures (default: unlimited), not to --max-failures. A group that is
-    not replaced by `hold_limit` fails instead, so Ray Train restarts it from the same checkpoint (charged to
-    --max-failures): no step is lost either way, and nothing waits forever."""
+    steps. After the just-in-time checkpoint the workers train on while the notice's deadline leaves room
+    (`steps_before_deadline`: the last checkpoint committed DRAIN_MARGIN_S before it), checkpoint again and
+    hold: Ray Train's controller restarts the group (from that checkpoint) when the drained node goes or its
+    deadline passes (FailureConfig.preemption_grace_s later), charged to FailureConfig.max_preemption_failures
+    (default: unlimited), not to --max-failures. A group that is not replaced by `hold_limit` fails instead, so
+    Ray Train restarts it from the same checkpoint (charged to --max-failures): no step is lost either way, and
+    nothing waits forever."""
 
     def __init__(self) -> None:
         self.info: Any = None
@@ -115,6 +131,17 @@ class RayPreemption:
     def noticed(self, step: int) -> bool:
         self.info = ray.train.get_preemption_info()
         return self.info is not None
+
+    def steps_left(self, step_seconds: float, checkpoint_seconds: float) -> int:
+        info = self.info
+        left = (0 if info.deadline_ms is None else
+                steps_before_deadline(info.deadline_ms / 1000, time.time(), step_seconds, checkpoint_seconds))
+        if left and ray.train.get_context().get_world_rank() == 0:
+            log.warning("drain notice for node %s (deadline in %.0f s): training on for about %d steps (%.2f s "
+                        "each), then one more checkpoint (the last took %.1f s) %.0f s before the deadline",
+                        ", ".join(n[:8] for n in info.preempted_node_ids), info.deadline_ms / 1000 - time.time(),
+                        left, step_seconds, checkpoint_seconds, DRAIN_MARGIN_S)
+        return left
 
     def hold(self, step: int) -> None:
         info = self.info

@@ -26,16 +26,23 @@ StepHook = Callable[[int, bool], None]
 
 class Preemption(Protocol):
     """How a launcher tells a step that a node of its worker group got a drain notice (a spot/preemption notice):
-    the step checkpoints at once and `hold`s, and the launcher restarts the group without that node from that
-    checkpoint, so no step is lost or redone."""
+    the step checkpoints at once (nothing before the notice can be lost any more), trains on while the notice's
+    deadline leaves room (`steps_left`), checkpoints again and `hold`s; the launcher restarts the group without
+    that node from that last checkpoint, so no step is lost or redone and the notice window is not spent idle."""
 
     def noticed(self, step: int) -> bool:
         """Called by every worker after the same steps; the same answer on all of them (a collective)."""
         ...
 
+    def steps_left(self, step_seconds: float, checkpoint_seconds: float) -> int:
+        """After the just-in-time checkpoint: how many more steps (of about `step_seconds` each) may run before
+        the last checkpoint (about `checkpoint_seconds`) must start for it to be committed before the node goes.
+        0: hold now (no deadline, or too little time). The step takes the least answer of its workers."""
+        ...
+
     def hold(self, step: int) -> None:
-        """After the just-in-time checkpoint of `step`: wait until the launcher replaces the group. Never returns:
-        raises when the group was not replaced in a bounded time (nothing waits forever for a node)."""
+        """After the last checkpoint (at `step`) under a notice: wait until the launcher replaces the group. Never
+        returns: raises when the group was not replaced in a bounded time (nothing waits forever for a node)."""
         ...
 
 

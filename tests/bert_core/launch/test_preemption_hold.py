@@ -1,4 +1,5 @@
-"""A drain notice that never leads to a restart must not hold the workers forever (RayPreemption.hold)."""
+"""Under a drain notice the workers train on while the deadline leaves room (steps_before_deadline), and a notice
+that never leads to a restart must not hold them forever (RayPreemption.hold)."""
 
 from types import SimpleNamespace
 
@@ -7,11 +8,30 @@ import ray.train
 
 from bert_core.launch import ray_train
 from bert_core.launch.ray_train import (
+    DRAIN_MARGIN_S,
     HOLD_AFTER_DEADLINE_S,
     HOLD_WITHOUT_DEADLINE_S,
     RayPreemption,
     hold_limit,
+    steps_before_deadline,
 )
+
+
+def test_steps_before_deadline_leave_the_margin_and_one_checkpoint():
+    # 120 s notice (AWS), steps of 0.5 s, a checkpoint of 4 s: (120 - 10 - 4) / 0.5 = 212 steps, one kept back.
+    assert steps_before_deadline(1120.0, 1000.0, 0.5, 4.0) == 211
+    assert DRAIN_MARGIN_S == 10.0
+    # A short notice, or a slow checkpoint: no training after the just-in-time checkpoint.
+    assert steps_before_deadline(1012.0, 1000.0, 0.5, 4.0) == 0
+    assert steps_before_deadline(1030.0, 1000.0, 1.0, 25.0) == 0
+    assert steps_before_deadline(990.0, 1000.0, 0.5, 1.0) == 0  # the deadline already past
+    assert steps_before_deadline(1030.0, 1000.0, 0.0, 1.0) > 0  # an unmeasured step time does not divide by 0
+
+
+def test_a_notice_without_deadline_leaves_no_step(monkeypatch):
+    preemption = RayPreemption()
+    preemption.info = SimpleNamespace(deadline_ms=None, preempted_node_ids=["abcdef0123"], preempted_ranks=[1])
+    assert preemption.steps_left(0.5, 2.0) == 0
 
 
 def test_hold_limit_follows_the_deadline():

@@ -1,0 +1,99 @@
+"""The elastic-recovery benchmark's own logic, on recorded timelines written here (the benchmark itself runs a
+multi-node cluster for tens of minutes: `python -m evaluation.elastic_recovery`, docs/benchmarks-pretrain.md)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evaluation import elastic_recovery
+from evaluation.elastic_recovery import recovery_figures, refigure, split_attempts, summary_lines
+
+
+def _steps(attempt: str, world: int, steps: range, start: float, step_s: float) -> list[dict]:
+    return [{"step": s, "world": world, "time": start + i * step_s, "attempt": attempt} for i, s in enumerate(steps)]
+
+
+def killed_elastic_run() -> tuple[list[dict], dict[str, float]]:
+    """Two workers at 1 s a step to step 30 (t = 29); the node lost at t = 29.5; one worker from the checkpoint of
+    step 20 at 2 s a step, first step at t = 40; the node back at t = 60, a group of two from the checkpoint of
+    step 30 (step 35 was the last on one worker), first step at t = 80, to step 50."""
+    timeline = (_steps("a", 2, range(1, 31), 0.0, 1.0) + _steps("b", 1, range(21, 36), 40.0, 2.0)
+                + _steps("c", 2, range(31, 51), 80.0, 1.0))
+    return timeline, {"node_lost": 29.5, "node_back": 60.0}
+
+
+def test_attempts_come_in_the_order_they_ran():
+    timeline, _ = killed_elastic_run()
+    attempts = split_attempts(timeline)
+    assert [(a["attempt"], a["world"], a["first_step"], a["last_step"], a["records"]) for a in attempts] == [
+        ("a", 2, 1, 30, 30), ("b", 1, 21, 35, 15), ("c", 2, 31, 50, 20)]
+    assert (attempts[1]["start"], attempts[1]["end"]) == (40.0, 68.0)
+
+
+def test_time_lost_and_steps_redone_of_a_shrink_and_a_grow():
+    timeline, events = killed_elastic_run()
+    figures = recovery_figures(timeline, loss_step=30, warmup_steps=5, events=events)
+    assert figures["full_size_step_s"] == pytest.approx(1.0)
+    # 99 s from step 1 to step 50, where 49 steps at the full size's 1 s take 49 s.
+    assert figures["span_s"] == pytest.approx(99.0) and figures["time_lost_s"] == pytest.approx(50.0)
+    assert figures["steps"] == 50 and figures["step_executions"] == 65
+    assert figures["steps_redone"] == 15  # 21-30 after the loss, 31-35 when the group grew
+    assert figures["worlds"] == [2, 1, 2]
+    assert [(r["resumed_from_step"], r["world"], r["steps_redone"]) for r in figures["restarts"]] == [
+        (20, 1, 10), (30, 2, 5)]
+    assert [r["seconds_without_steps"] for r in figures["restarts"]] == pytest.approx([11.0, 12.0])
+    assert figures["first_step_after_loss_s"] == pytest.approx(10.5)  # the one-worker group's first step
+    assert figures["back_where_it_was_s"] == pytest.approx(30.5)  # step 31, on one worker at t = 60
+    assert "steps_during_notice" not in figures
+
+
+def test_a_drain_that_trains_through_the_notice_redoes_nothing():
+    # Notice at t = 10.5 after step 11; steps on to 20, a checkpoint there, the node gone at t = 25; the group of
+    # one continues from step 20 at t = 35.
+    timeline = _steps("a", 2, range(1, 21), 0.0, 1.0) + _steps("b", 1, range(21, 31), 35.0, 2.0)
+    figures = recovery_figures(timeline, loss_step=11, warmup_steps=2,
+                               events={"notice": 10.5, "node_lost": 25.0})
+    assert figures["steps_redone"] == 0 and figures["steps_during_notice"] == 9  # steps 12-20
+    assert figures["restarts"] == [{"resumed_from_step": 20, "world": 1, "steps_redone": 0,
+                                    "seconds_without_steps": 16.0, "at_s": 35.0}]
+    assert figures["first_step_after_loss_s"] == figures["back_where_it_was_s"] == pytest.approx(10.0)
+
+
+def test_an_undisturbed_run_loses_nothing():
+    timeline = _steps("a", 2, range(1, 41), 100.0, 0.5)
+    figures = recovery_figures(timeline, loss_step=20, warmup_steps=5)
+    assert figures["time_lost_s"] == pytest.approx(0.0) and figures["steps_redone"] == 0
+    assert figures["restarts"] == [] and "first_step_after_loss_s" not in figures
+
+
+def test_too_few_steps_before_the_loss_is_a_clear_error():
+    timeline = _steps("a", 2, range(1, 5), 0.0, 1.0)
+    with pytest.raises(ValueError, match="too few steps before the loss.*--loss-step"):
+        recovery_figures(timeline, loss_step=3, warmup_steps=3)
+
+
+def test_refigure_recomputes_from_the_saved_results_and_plots(tmp_path, capsys):
+    timeline, events = killed_elastic_run()
+    results = {"settings": {"loss_step": 30, "warmup_steps": 5}, "cases": {"elastic-kill": {
+        "case": {"key": "elastic-kill", "num_workers": "1:2", "loss": "kill"}, "label": "elastic 1:2, killed",
+        "events_s": events, "figures": {"stale": True},
+        "timeline": [[r["time"], r["step"], r["world"], "abc".index(r["attempt"])] for r in timeline]}}}
+    out = tmp_path / "er.json"
+    out.write_text(json.dumps(results))
+    again = elastic_recovery.main(["--refigure", "--out-json", str(out)])
+    figures = again["cases"]["elastic-kill"]["figures"]
+    assert figures["steps_redone"] == 15 and figures["time_lost_s"] == pytest.approx(50.0)
+    assert json.loads(out.read_text())["cases"]["elastic-kill"]["figures"] == figures
+    assert (tmp_path / "er.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert summary_lines(again) == [
+        "elastic 1:2, killed: 99 s for 50 steps, time lost 50 s, steps redone 15; restarts: 1 worker(s) from step "
+        "20 after 11 s without steps, 10 redone; 2 worker(s) from step 30 after 12 s without steps, 5 redone"]
+    assert refigure(json.loads(out.read_text()))["cases"]["elastic-kill"]["figures"] == figures
+
+
+def test_the_loss_must_come_between_warm_up_and_the_end(capsys):
+    with pytest.raises(SystemExit):
+        elastic_recovery.parse_args(["--steps", "100", "--loss-step", "100"])
+    assert "need 0 < --warmup-steps < --loss-step < --steps" in capsys.readouterr().err
