@@ -5,9 +5,9 @@ s3:// URIs on the moto server. One cluster serves both tests: a node the first o
 before the second (a new raylet with the same resources).
 
 - A drain notice with a deadline (Ray's GCS drain API, reason PREEMPTION: what `ray drain-node` and a cloud's
-  spot notice send) at step k: the workers checkpoint at once and hold; the node goes before its deadline; Ray
-  Train restarts the elastic group (--num-workers 1:2) on the remaining node from that checkpoint: every step
-  runs exactly once.
+  spot notice send) at step k: the workers checkpoint at once and hold (a 10 s notice leaves no room to train
+  on: bert_core.launch.ray_train.DRAIN_MARGIN_S); the node goes before its deadline; Ray Train restarts the
+  elastic group (--num-workers 1:2) on the remaining node from that checkpoint: every step runs exactly once.
 - The raylet of a worker node SIGKILLed at step k, and the node started again later: the group shrinks to the
   remaining node instead of waiting for the lost one, redoes only the steps since the last checkpoint, grows
   back to two workers when the node returns (Ray Train's elastic resize, again from the latest checkpoint), and
