@@ -17,12 +17,16 @@ run, which waits for two workers, can finish, and the elastic one grows back. An
 the reference curve.
 
 Reported per case, from the step records (evaluation.step_timeline: rank 0 writes the time, world size and
-worker-group attempt of every step it runs):
-- training time lost: the run's first-to-last-step time less the time its steps take at the run's own step time
-  before the loss (steps --warmup-steps to --loss-step; checkpoint steps included) -- idle time, slower steps on
-  fewer workers and redone steps together. The undisturbed run shows the size of this figure's noise;
-- steps redone: step executions beyond one per step;
-- per restart of the worker group: the checkpoint it resumed from, its size, the time without steps before it.
+worker-group attempt of every step it runs), each term measured next to where it happens, because the load of a
+shared machine drifts over a run and a comparison of whole runs would count that drift as won or lost time:
+- per restart of the worker group: the checkpoint it resumed from, its size, the steps it redid, and the time
+  it cost: from the last step before it to the first step beyond any reached before it, less one step at the
+  full size's pace (the median step time of the last full-size group up to it). For a drain this holds the hold
+  until the node goes; for a fixed-size group the wait for the node to come back;
+- for a group smaller than the largest (the elastic run while the node is away): the time its new steps took
+  beyond the full size's pace;
+- training time lost: the sum of both; steps redone: step executions beyond one per step;
+- the first-to-last-step time less the undisturbed run's, which also holds the load drift between runs.
 Timings are never asserted anywhere; the machine's load average is recorded beside them.
 
     python -m evaluation.elastic_recovery --out-json docs/figures/elastic_recovery.json
@@ -37,6 +41,7 @@ import json
 import logging
 import os
 import platform
+import statistics
 import tempfile
 import threading
 import time
@@ -85,36 +90,56 @@ def split_attempts(timeline: list[dict]) -> list[dict]:
     return sorted(attempts.values(), key=lambda a: a["start"])
 
 
-def recovery_figures(timeline: list[dict], loss_step: int, warmup_steps: int, events: dict[str, float] | None = None
-                     ) -> dict:
-    """Time lost and steps redone in a run (see the module doc). `loss_step`: the last step of the reference window
-    (the step after which the node was taken); `events`: when the notice came, the node went and came back
-    (time.time(); none for the undisturbed run)."""
+def _step_s(records: list[dict]) -> float | None:
+    """Median time between consecutive steps of one attempt (checkpoint steps and warm-up weigh little)."""
+    gaps = [b["time"] - a["time"] for a, b in zip(records, records[1:]) if b["step"] == a["step"] + 1]
+    return statistics.median(gaps) if gaps else None
+
+
+def recovery_figures(timeline: list[dict], events: dict[str, float] | None = None) -> dict:
+    """What the losses cost a run (see the module doc), from its step records in time order; `events`: when the
+    notice came, the node went and came back (same clock; none for the undisturbed run).
+
+    Every term is measured next to where it happens, so that a machine whose load drifts during the run (a shared
+    one) does not turn into lost or won time: a restart costs the time from the last step before it to the first
+    step beyond any reached before it, less one step at the full size's pace (the median step time of the last
+    full-size group up to it); a group smaller than the largest costs the time its new steps took beyond that
+    pace."""
     if not timeline:
         raise ValueError("no step records: the run recorded nothing")
     events = events or {}
+    origin = timeline[0]["time"]
     attempts = split_attempts(timeline)
-    first = attempts[0]
-    window = [r["time"] for r in timeline
-              if r["attempt"] == first["attempt"] and warmup_steps <= r["step"] <= loss_step]
-    if len(window) < 2:
-        raise ValueError(f"too few steps before the loss to time one (steps {warmup_steps}-{loss_step} of the first "
-                         "attempt): raise --loss-step or lower --warmup-steps")
-    step_s = (window[-1] - window[0]) / (len(window) - 1)
+    records = {a["attempt"]: [r for r in timeline if r["attempt"] == a["attempt"]] for a in attempts}
+    full = max(a["world"] for a in attempts)
+    for attempt in attempts:
+        attempt["step_s"] = _step_s(records[attempt["attempt"]])
+    restarts, reduced = [], []
+    for i, attempt in enumerate(attempts):
+        full_s = next((a["step_s"] for a in reversed(attempts[:i + 1]) if a["world"] == full and a["step_s"]), None)
+        reached = max((r["step"] for r in timeline if r["time"] < attempt["start"]), default=0)
+        progress = next((r for r in records[attempt["attempt"]] if r["step"] > reached), None)
+        if i:
+            previous = attempts[i - 1]
+            restart = {"resumed_from_step": attempt["first_step"] - 1, "world": attempt["world"],
+                       "steps_redone": max(0, min(reached, attempt["last_step"]) - (attempt["first_step"] - 1)),
+                       "seconds_without_steps": attempt["start"] - previous["end"],
+                       "at_s": attempt["start"] - origin}
+            if progress is not None and full_s is not None:
+                restart["seconds_lost"] = progress["time"] - previous["end"] - full_s
+            restarts.append(restart)
+        if attempt["world"] < full and progress is not None and full_s is not None:
+            steps = attempt["last_step"] - progress["step"]
+            seconds = attempt["end"] - progress["time"]
+            reduced.append({"world": attempt["world"], "steps": steps, "seconds": seconds,
+                            "step_s": attempt["step_s"], "full_size_step_s": full_s,
+                            "seconds_lost": seconds - steps * full_s})
     steps = [r["step"] for r in timeline]
-    span = timeline[-1]["time"] - timeline[0]["time"]
-    ideal = (max(steps) - timeline[0]["step"]) * step_s
-    restarts, done = [], first["last_step"]
-    for previous, attempt in zip(attempts, attempts[1:]):
-        resumed_from = attempt["first_step"] - 1
-        restarts.append({"resumed_from_step": resumed_from, "world": attempt["world"],
-                         "steps_redone": max(0, done - resumed_from), "seconds_without_steps":
-                         attempt["start"] - previous["end"], "at_s": attempt["start"] - timeline[0]["time"]})
-        done = max(done, attempt["last_step"])
     figures = {
         "steps": max(steps), "step_executions": len(steps), "steps_redone": len(steps) - len(set(steps)),
-        "full_size_step_s": step_s, "span_s": span, "ideal_s": ideal, "time_lost_s": span - ideal,
-        "restarts": restarts, "worlds": [a["world"] for a in attempts],
+        "span_s": timeline[-1]["time"] - origin, "full_size_step_s": attempts[0]["step_s"],
+        "time_lost_s": sum(r.get("seconds_lost", 0.0) for r in restarts) + sum(r["seconds_lost"] for r in reduced),
+        "restarts": restarts, "reduced_size": reduced, "worlds": [a["world"] for a in attempts],
     }
     lost = events.get("node_lost")
     if lost is not None:
@@ -129,6 +154,16 @@ def recovery_figures(timeline: list[dict], loss_step: int, warmup_steps: int, ev
     if "notice" in events and lost is not None:
         figures["steps_during_notice"] = sum(events["notice"] < r["time"] <= lost for r in timeline)
     return figures
+
+
+def compare_to_undisturbed(results: dict) -> None:
+    """Each case's first-to-last-step time less the undisturbed run's, when that ran (a figure that also holds
+    the machine's load drift between the runs)."""
+    reference = results["cases"].get("undisturbed")
+    for entry in results["cases"].values():
+        entry["figures"].pop("span_over_undisturbed_s", None)
+        if reference is not None:
+            entry["figures"]["span_over_undisturbed_s"] = entry["figures"]["span_s"] - reference["figures"]["span_s"]
 
 
 # --------------------------------------------------------------------------- running a case
@@ -218,7 +253,7 @@ def run_case(case: Case, args: argparse.Namespace, data: str, data_eval: str) ->
         if cloud.error is not None:
             raise RuntimeError(f"{case.label}: taking {LOST_NODE} away failed: {cloud.error}") from cloud.error
         timeline = recorded_timeline(records)
-    figures = recovery_figures(timeline, args.loss_step, args.warmup_steps, cloud.events)
+    figures = recovery_figures(timeline, cloud.events)
     origin = timeline[0]["time"]
     attempt_index = {a["attempt"]: i for i, a in enumerate(split_attempts(timeline))}
     return {
@@ -241,10 +276,9 @@ def saved_timeline(entry: dict) -> list[dict]:
 def refigure(results: dict) -> dict:
     """The results with every case's figures computed again from its saved timeline and events (after a change
     to the analysis, without running the cases again)."""
-    settings = results["settings"]
     for entry in results["cases"].values():
-        entry["figures"] = recovery_figures(saved_timeline(entry), settings["loss_step"], settings["warmup_steps"],
-                                            entry["events_s"])
+        entry["figures"] = recovery_figures(saved_timeline(entry), entry["events_s"])
+    compare_to_undisturbed(results)
     return results
 
 
@@ -286,7 +320,8 @@ def summary_lines(results: dict) -> list[str]:
     for entry in results["cases"].values():
         f = entry["figures"]
         restarts = "; ".join(f"{r['world']} worker(s) from step {r['resumed_from_step']} after "
-                             f"{r['seconds_without_steps']:.0f} s without steps, {r['steps_redone']} redone"
+                             f"{r['seconds_without_steps']:.0f} s without steps, {r['steps_redone']} redone, "
+                             f"{r.get('seconds_lost', float('nan')):.0f} s lost"
                              for r in f["restarts"]) or "none"
         lines.append(f"{entry['label']}: {f['span_s']:.0f} s for {f['steps']} steps, time lost "
                      f"{f['time_lost_s']:.0f} s, steps redone {f['steps_redone']}; restarts: {restarts}")
@@ -333,8 +368,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, 
     loss.add_argument("--notice-s", type=float, default=30.0, help="drain cases: the notice's deadline, seconds ahead")
     loss.add_argument("--outage-s", type=float, default=60.0,
                       help="seconds between the node going and a replacement joining")
-    loss.add_argument("--warmup-steps", type=int, default=10,
-                      help="steps left out of the reference step time (worker start, first allocations)")
     out = parser.add_argument_group("cases and output")
     out.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES), help="which cases to run")
     out.add_argument("--out-json", default="docs/figures/elastic_recovery.json", help="results")
@@ -343,8 +376,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, 
     out.add_argument("--refigure", action="store_true",
                      help="run nothing: compute the figures and the plot again from the timelines in --out-json")
     args = parser.parse_args(argv)
-    if not 0 < args.warmup_steps < args.loss_step < args.steps:
-        parser.error("need 0 < --warmup-steps < --loss-step < --steps")
+    if not 0 < args.loss_step < args.steps:
+        parser.error("need 0 < --loss-step < --steps")
     return parser, args
 
 
@@ -390,6 +423,8 @@ def main(argv: list[str] | None = None) -> dict:
             results["cases"][key] = entry
             print(summary_lines({"cases": {key: entry}})[0], flush=True)
             _replace(out_json, lambda tmp: Path(tmp).write_text(json.dumps(results, indent=1) + "\n"))
+    compare_to_undisturbed(results)
+    _replace(out_json, lambda tmp: Path(tmp).write_text(json.dumps(results, indent=1) + "\n"))
     plot(results, plot_path)
     print(f"results: {out_json}; plot: {plot_path}")
     return results

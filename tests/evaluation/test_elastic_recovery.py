@@ -34,16 +34,22 @@ def test_attempts_come_in_the_order_they_ran():
 
 def test_time_lost_and_steps_redone_of_a_shrink_and_a_grow():
     timeline, events = killed_elastic_run()
-    figures = recovery_figures(timeline, loss_step=30, warmup_steps=5, events=events)
-    assert figures["full_size_step_s"] == pytest.approx(1.0)
-    # 99 s from step 1 to step 50, where 49 steps at the full size's 1 s take 49 s.
-    assert figures["span_s"] == pytest.approx(99.0) and figures["time_lost_s"] == pytest.approx(50.0)
+    figures = recovery_figures(timeline, events)
+    assert figures["full_size_step_s"] == pytest.approx(1.0) and figures["span_s"] == pytest.approx(99.0)
     assert figures["steps"] == 50 and figures["step_executions"] == 65
     assert figures["steps_redone"] == 15  # 21-30 after the loss, 31-35 when the group grew
     assert figures["worlds"] == [2, 1, 2]
-    assert [(r["resumed_from_step"], r["world"], r["steps_redone"]) for r in figures["restarts"]] == [
-        (20, 1, 10), (30, 2, 5)]
-    assert [r["seconds_without_steps"] for r in figures["restarts"]] == pytest.approx([11.0, 12.0])
+    shrink, grow = figures["restarts"]
+    assert (shrink["resumed_from_step"], shrink["world"], shrink["steps_redone"]) == (20, 1, 10)
+    assert (grow["resumed_from_step"], grow["world"], grow["steps_redone"]) == (30, 2, 5)
+    assert shrink["seconds_without_steps"] == pytest.approx(11.0) and grow["seconds_without_steps"] == 12.0
+    # From step 30 (t = 29) to step 31, the first beyond it (t = 60), less one 1 s step; from step 35 (t = 68) to
+    # step 36 (t = 85), less one step.
+    assert shrink["seconds_lost"] == pytest.approx(30.0) and grow["seconds_lost"] == pytest.approx(16.0)
+    # One worker took 8 s for steps 32-35, which two do in 4 s.
+    assert figures["reduced_size"] == [{"world": 1, "steps": 4, "seconds": 8.0, "step_s": 2.0,
+                                        "full_size_step_s": 1.0, "seconds_lost": 4.0}]
+    assert figures["time_lost_s"] == pytest.approx(50.0)
     assert figures["first_step_after_loss_s"] == pytest.approx(10.5)  # the one-worker group's first step
     assert figures["back_where_it_was_s"] == pytest.approx(30.5)  # step 31, on one worker at t = 60
     assert "steps_during_notice" not in figures
@@ -53,47 +59,54 @@ def test_a_drain_that_trains_through_the_notice_redoes_nothing():
     # Notice at t = 10.5 after step 11; steps on to 20, a checkpoint there, the node gone at t = 25; the group of
     # one continues from step 20 at t = 35.
     timeline = _steps("a", 2, range(1, 21), 0.0, 1.0) + _steps("b", 1, range(21, 31), 35.0, 2.0)
-    figures = recovery_figures(timeline, loss_step=11, warmup_steps=2,
-                               events={"notice": 10.5, "node_lost": 25.0})
+    figures = recovery_figures(timeline, events={"notice": 10.5, "node_lost": 25.0})
     assert figures["steps_redone"] == 0 and figures["steps_during_notice"] == 9  # steps 12-20
     assert figures["restarts"] == [{"resumed_from_step": 20, "world": 1, "steps_redone": 0,
-                                    "seconds_without_steps": 16.0, "at_s": 35.0}]
+                                    "seconds_without_steps": 16.0, "at_s": 35.0, "seconds_lost": 15.0}]
+    assert figures["time_lost_s"] == pytest.approx(15.0 + 9.0)  # the restart, and steps 22-30 on one worker
     assert figures["first_step_after_loss_s"] == figures["back_where_it_was_s"] == pytest.approx(10.0)
 
 
-def test_an_undisturbed_run_loses_nothing():
-    timeline = _steps("a", 2, range(1, 41), 100.0, 0.5)
-    figures = recovery_figures(timeline, loss_step=20, warmup_steps=5)
-    assert figures["time_lost_s"] == pytest.approx(0.0) and figures["steps_redone"] == 0
-    assert figures["restarts"] == [] and "first_step_after_loss_s" not in figures
+def test_load_drift_is_no_loss():
+    # Steps slow down from 0.5 s to 1.5 s halfway through an undisturbed run: nothing was lost.
+    timeline = _steps("a", 2, range(1, 21), 100.0, 0.5) + _steps("a", 2, range(21, 41), 111.0, 1.5)
+    figures = recovery_figures(timeline)
+    assert figures["time_lost_s"] == 0.0 and figures["steps_redone"] == 0
+    assert figures["restarts"] == [] and figures["reduced_size"] == [] and "first_step_after_loss_s" not in figures
 
 
-def test_too_few_steps_before_the_loss_is_a_clear_error():
-    timeline = _steps("a", 2, range(1, 5), 0.0, 1.0)
-    with pytest.raises(ValueError, match="too few steps before the loss.*--loss-step"):
-        recovery_figures(timeline, loss_step=3, warmup_steps=3)
+def test_no_records_is_a_clear_error():
+    with pytest.raises(ValueError, match="no step records"):
+        recovery_figures([])
 
 
 def test_refigure_recomputes_from_the_saved_results_and_plots(tmp_path, capsys):
     timeline, events = killed_elastic_run()
-    results = {"settings": {"loss_step": 30, "warmup_steps": 5}, "cases": {"elastic-kill": {
-        "case": {"key": "elastic-kill", "num_workers": "1:2", "loss": "kill"}, "label": "elastic 1:2, killed",
-        "events_s": events, "figures": {"stale": True},
-        "timeline": [[r["time"], r["step"], r["world"], "abc".index(r["attempt"])] for r in timeline]}}}
+
+    def saved(label: str, loss: str | None, records: list[dict], events: dict) -> dict:
+        return {"case": {"key": label, "num_workers": "1:2", "loss": loss}, "label": label, "events_s": events,
+                "figures": {"stale": True}, "timeline": [
+                    [r["time"], r["step"], r["world"], "abc".index(r["attempt"])] for r in records]}
+
+    results = {"settings": {}, "cases": {
+        "elastic-kill": saved("elastic 1:2, killed", "kill", timeline, events),
+        "undisturbed": saved("fixed 2, undisturbed", None, _steps("a", 2, range(1, 51), 0.0, 1.0), {})}}
     out = tmp_path / "er.json"
     out.write_text(json.dumps(results))
     again = elastic_recovery.main(["--refigure", "--out-json", str(out)])
     figures = again["cases"]["elastic-kill"]["figures"]
     assert figures["steps_redone"] == 15 and figures["time_lost_s"] == pytest.approx(50.0)
+    assert figures["span_over_undisturbed_s"] == pytest.approx(99.0 - 49.0)
     assert json.loads(out.read_text())["cases"]["elastic-kill"]["figures"] == figures
     assert (tmp_path / "er.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert summary_lines(again) == [
+    assert summary_lines(again)[0] == (
         "elastic 1:2, killed: 99 s for 50 steps, time lost 50 s, steps redone 15; restarts: 1 worker(s) from step "
-        "20 after 11 s without steps, 10 redone; 2 worker(s) from step 30 after 12 s without steps, 5 redone"]
+        "20 after 11 s without steps, 10 redone, 30 s lost; 2 worker(s) from step 30 after 12 s without steps, 5 "
+        "redone, 16 s lost")
     assert refigure(json.loads(out.read_text()))["cases"]["elastic-kill"]["figures"] == figures
 
 
-def test_the_loss_must_come_between_warm_up_and_the_end(capsys):
+def test_the_loss_must_come_before_the_end(capsys):
     with pytest.raises(SystemExit):
         elastic_recovery.parse_args(["--steps", "100", "--loss-step", "100"])
-    assert "need 0 < --warmup-steps < --loss-step < --steps" in capsys.readouterr().err
+    assert "need 0 < --loss-step < --steps" in capsys.readouterr().err
