@@ -19,11 +19,12 @@ the reference curve.
 Reported per case, from the step records (evaluation.step_timeline: rank 0 writes the time, world size and
 worker-group attempt of every step it runs), each term measured next to where it happens, because the load of a
 shared machine drifts over a run and a comparison of whole runs would count that drift as won or lost time:
-- per restart of the worker group: the checkpoint it resumed from, its size, the steps it redid, and the time
-  it cost: from the last step before it to the first step beyond any reached before it, less one step at the
-  full size's pace (the median step time of the last full-size group up to it). For a drain this holds the hold
-  until the node goes; for a fixed-size group the wait for the node to come back;
-- for a group smaller than the largest (the elastic run while the node is away): the time its new steps took
+- per restart of the worker group: the checkpoint it resumed from, its size, the steps it redid;
+- stalls: from the last step beyond all before it to the next such step, where a restart lies between, less
+  one step at the full size's pace (the median step time of the last full-size group up to then). A stall holds
+  whatever happened in it: the hold after a drain notice, the wait for a node, the restart, redone steps, and a
+  smaller group's steps that a grow then threw away (a grow restarts from the latest checkpoint);
+- for a group smaller than the largest (the elastic run while the node is away): the time its progress took
   beyond the full size's pace;
 - training time lost: the sum of both; steps redone: step executions beyond one per step;
 - the first-to-last-step time less the undisturbed run's, which also holds the load drift between runs.
@@ -101,51 +102,63 @@ def recovery_figures(timeline: list[dict], events: dict[str, float] | None = Non
     notice came, the node went and came back (same clock; none for the undisturbed run).
 
     Every term is measured next to where it happens, so that a machine whose load drifts during the run (a shared
-    one) does not turn into lost or won time: a restart costs the time from the last step before it to the first
-    step beyond any reached before it, less one step at the full size's pace (the median step time of the last
-    full-size group up to it); a group smaller than the largest costs the time its new steps took beyond that
-    pace."""
+    one) does not turn into lost or won time. A step beyond every step before it is progress. A stall is a gap
+    between two progress records with a restart of the worker group in it: it costs the gap less one step at the
+    full size's pace (the median step time of the last full-size group up to its end), whatever happened in it
+    (holding after a notice, waiting for a node, restarting, redoing steps, a smaller group redoing steps that a
+    grow then threw away). A group smaller than the largest costs the time its progress took beyond that pace."""
     if not timeline:
         raise ValueError("no step records: the run recorded nothing")
     events = events or {}
     origin = timeline[0]["time"]
     attempts = split_attempts(timeline)
+    index = {a["attempt"]: i for i, a in enumerate(attempts)}
     records = {a["attempt"]: [r for r in timeline if r["attempt"] == a["attempt"]] for a in attempts}
     full = max(a["world"] for a in attempts)
     for attempt in attempts:
         attempt["step_s"] = _step_s(records[attempt["attempt"]])
-    restarts, reduced = [], []
-    for i, attempt in enumerate(attempts):
-        full_s = next((a["step_s"] for a in reversed(attempts[:i + 1]) if a["world"] == full and a["step_s"]), None)
-        reached = max((r["step"] for r in timeline if r["time"] < attempt["start"]), default=0)
-        progress = next((r for r in records[attempt["attempt"]] if r["step"] > reached), None)
-        if i:
-            previous = attempts[i - 1]
-            restart = {"resumed_from_step": attempt["first_step"] - 1, "world": attempt["world"],
-                       "steps_redone": max(0, min(reached, attempt["last_step"]) - (attempt["first_step"] - 1)),
-                       "seconds_without_steps": attempt["start"] - previous["end"],
-                       "at_s": attempt["start"] - origin}
-            if progress is not None and full_s is not None:
-                restart["seconds_lost"] = progress["time"] - previous["end"] - full_s
-            restarts.append(restart)
-        if attempt["world"] < full and progress is not None and full_s is not None:
-            steps = attempt["last_step"] - progress["step"]
-            seconds = attempt["end"] - progress["time"]
-            reduced.append({"world": attempt["world"], "steps": steps, "seconds": seconds,
-                            "step_s": attempt["step_s"], "full_size_step_s": full_s,
-                            "seconds_lost": seconds - steps * full_s})
+
+    def full_pace(upto: int) -> float:
+        return next((a["step_s"] for a in reversed(attempts[:upto + 1]) if a["world"] == full and a["step_s"]),
+                    attempts[0]["step_s"] or 0.0)
+
+    restarts, done = [], attempts[0]["last_step"]
+    for previous, attempt in zip(attempts, attempts[1:]):
+        resumed_from = attempt["first_step"] - 1
+        restarts.append({"resumed_from_step": resumed_from, "world": attempt["world"],
+                         "steps_redone": max(0, min(done, attempt["last_step"]) - resumed_from),
+                         "seconds_without_steps": attempt["start"] - previous["end"],
+                         "at_s": attempt["start"] - origin})
+        done = max(done, attempt["last_step"])
+    stalls, reduced, reached, last = [], {}, 0, None
+    for record in timeline:
+        if record["step"] <= reached:
+            continue
+        at = index[record["attempt"]]
+        if last is not None and index[last["attempt"]] != at:
+            stalls.append({"after_step": last["step"], "at_s": last["time"] - origin, "restarts": at - index[
+                last["attempt"]], "seconds": record["time"] - last["time"], "seconds_lost":
+                record["time"] - last["time"] - full_pace(at)})
+        elif last is not None and attempts[at]["world"] < full:
+            part = reduced.setdefault(at, {"world": attempts[at]["world"], "steps": 0, "seconds": 0.0,
+                                           "full_size_step_s": full_pace(at)})
+            part["steps"] += record["step"] - last["step"]
+            part["seconds"] += record["time"] - last["time"]
+        reached, last = record["step"], record
+    for part in reduced.values():
+        part["seconds_lost"] = part["seconds"] - part["steps"] * part["full_size_step_s"]
     steps = [r["step"] for r in timeline]
     figures = {
         "steps": max(steps), "step_executions": len(steps), "steps_redone": len(steps) - len(set(steps)),
         "span_s": timeline[-1]["time"] - origin, "full_size_step_s": attempts[0]["step_s"],
-        "time_lost_s": sum(r.get("seconds_lost", 0.0) for r in restarts) + sum(r["seconds_lost"] for r in reduced),
-        "restarts": restarts, "reduced_size": reduced, "worlds": [a["world"] for a in attempts],
+        "time_lost_s": sum(s["seconds_lost"] for s in stalls) + sum(p["seconds_lost"] for p in reduced.values()),
+        "restarts": restarts, "stalls": stalls, "reduced_size": list(reduced.values()),
+        "worlds": [a["world"] for a in attempts],
     }
     lost = events.get("node_lost")
     if lost is not None:
         reached = max((r["step"] for r in timeline if r["time"] <= lost), default=0)
-        later = [r for r in timeline if r["time"] > lost and any(
-            a["attempt"] == r["attempt"] and a["start"] > lost for a in attempts)]
+        later = [r for r in timeline if r["time"] > lost and attempts[index[r["attempt"]]]["start"] > lost]
         if later:
             figures["first_step_after_loss_s"] = later[0]["time"] - lost  # by a group started after the loss
         beyond = [r for r in later if r["step"] > reached]
@@ -258,6 +271,7 @@ def run_case(case: Case, args: argparse.Namespace, data: str, data_eval: str) ->
     attempt_index = {a["attempt"]: i for i, a in enumerate(split_attempts(timeline))}
     return {
         "case": dataclasses.asdict(case), "label": case.label, "figures": figures,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "events_s": {k: v - origin for k, v in cloud.events.items()},
         "final_eval": {k: result["metrics"][k] for k in ("mlm_accuracy", "nsp_accuracy") if k in result.get("metrics", {})},
         "load_average": {"before": load_before, "after": os.getloadavg()},
@@ -285,33 +299,68 @@ def refigure(results: dict) -> dict:
 # --------------------------------------------------------------------------- report
 
 
+def world_series(timeline: list[list]) -> tuple[list[float], list[int]]:
+    """(times, workers) of a saved timeline as a step function: each group's size while it ran steps, 0 from its
+    last step to the next group's first (holding after a drain notice, waiting, restarting)."""
+    times: list[float] = []
+    workers: list[int] = []
+    for i, (t, _, world, attempt) in enumerate(timeline):
+        if i and attempt != timeline[i - 1][3]:
+            times.append(timeline[i - 1][0])
+            workers.append(0)
+        times.append(t)
+        workers.append(world)
+    return times, workers
+
+
 def plot(results: dict, path: Path) -> None:
+    """Step and worker count against wall-clock, from the first step (left) and around the node's loss (right)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (steps_ax, world_ax) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, height_ratios=(3, 1))
+    fig, axes = plt.subplots(2, 2, figsize=(13, 7), sharex="col", height_ratios=(3, 1))
     for entry in results["cases"].values():
-        xs = [t / 60 for t, *_ in entry["timeline"]]
-        line, = steps_ax.plot(xs, [s for _, s, *_ in entry["timeline"]], linewidth=1.4, label=entry["label"],
-                              linestyle="--" if entry["case"]["loss"] is None else "-")
-        world_ax.step(xs, [w for _, _, w, _ in entry["timeline"]], where="post", color=line.get_color(), linewidth=1.2)
+        timeline, events = entry["timeline"], entry["events_s"]
+        loss = events.get("node_lost")
+        times, workers = world_series(timeline)
+        style = {"linewidth": 1.4, "linestyle": "--" if entry["case"]["loss"] is None else "-"}
+        line, = axes[0][0].plot([t / 60 for t, *_ in timeline], [s for _, s, *_ in timeline], label=entry["label"],
+                                **style)
+        color = line.get_color()
+        axes[1][0].step([t / 60 for t in times], workers, where="post", color=color, linewidth=1.2)
         for event, marker in (("notice", "v"), ("node_lost", "x"), ("node_back", "^")):
-            if event in entry["events_s"]:
-                at = entry["events_s"][event]
-                step = max((s for t, s, *_ in entry["timeline"] if t <= at), default=0)
-                steps_ax.plot(at / 60, step, marker=marker, color=line.get_color(), markersize=8)
-    steps_ax.set_ylabel("optimizer step")
-    steps_ax.set_title("Step against wall-clock; v notice, x node lost, ^ node back")
-    steps_ax.grid(alpha=0.3)
-    steps_ax.legend(fontsize=8)
-    world_ax.set_ylabel("workers")
-    world_ax.set_xlabel("minutes since the first step")
-    world_ax.set_yticks([1, 2])
-    world_ax.grid(alpha=0.3)
+            if event in events:
+                step = max((s for t, s, *_ in timeline if t <= events[event]), default=0)
+                axes[0][0].plot(events[event] / 60, step, marker=marker, color=color, markersize=8)
+        if loss is None:
+            continue
+        at_loss = max((s for t, s, *_ in timeline if t <= loss), default=0)
+        axes[0][1].plot([t - loss for t, *_ in timeline], [s - at_loss for _, s, *_ in timeline], color=color,
+                        label=entry["label"], **style)
+        axes[1][1].step([t - loss for t in times], workers, where="post", color=color, linewidth=1.2)
+        for event, marker in (("notice", "v"), ("node_back", "^")):
+            if event in events:
+                step = max((s for t, s, *_ in timeline if t <= events[event]), default=0)
+                axes[0][1].plot(events[event] - loss, step - at_loss, marker=marker, color=color, markersize=8)
+    axes[0][0].set_title("step against wall-clock; v notice, x node lost, ^ node back")
+    axes[0][0].set_ylabel("optimizer step")
+    axes[0][0].legend(fontsize=8)
+    axes[1][0].set_xlabel("minutes since the first step")
+    axes[0][1].set_title("around the loss: steps beyond the last one before it")
+    axes[0][1].set_ylabel("steps since the node was lost")
+    axes[0][1].set_xlim(-60, 300)
+    axes[0][1].axvline(0, color="grey", linewidth=0.8)
+    axes[0][1].axhline(0, color="grey", linewidth=0.8)
+    axes[1][1].set_xlabel("seconds since the node was lost")
+    for ax in axes[1]:
+        ax.set_ylabel("workers training")
+        ax.set_yticks([0, 1, 2])
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
     fig.tight_layout()
-    _replace(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    _replace(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
     plt.close(fig)
 
 
@@ -320,11 +369,13 @@ def summary_lines(results: dict) -> list[str]:
     for entry in results["cases"].values():
         f = entry["figures"]
         restarts = "; ".join(f"{r['world']} worker(s) from step {r['resumed_from_step']} after "
-                             f"{r['seconds_without_steps']:.0f} s without steps, {r['steps_redone']} redone, "
-                             f"{r.get('seconds_lost', float('nan')):.0f} s lost"
+                             f"{r['seconds_without_steps']:.0f} s without steps, {r['steps_redone']} redone"
                              for r in f["restarts"]) or "none"
+        stalls = " + ".join(f"{s['seconds_lost']:.0f} s" for s in f["stalls"]) or "0 s"
+        smaller = " + ".join(f"{p['seconds_lost']:.0f} s" for p in f["reduced_size"]) or "0 s"
         lines.append(f"{entry['label']}: {f['span_s']:.0f} s for {f['steps']} steps, time lost "
-                     f"{f['time_lost_s']:.0f} s, steps redone {f['steps_redone']}; restarts: {restarts}")
+                     f"{f['time_lost_s']:.0f} s (stalls {stalls}, smaller group {smaller}), steps redone "
+                     f"{f['steps_redone']}; restarts: {restarts}")
     return lines
 
 
@@ -373,6 +424,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, 
     out.add_argument("--out-json", default="docs/figures/elastic_recovery.json", help="results")
     out.add_argument("--plot", default=None, help="PNG of step against wall-clock (default: --out-json as .png)")
     out.add_argument("--ray-logs", action="store_true", help="print what Ray's processes log (the resize lines)")
+    out.add_argument("--update", action="store_true",
+                     help="keep the cases already in --out-json that --cases does not name (each case records its "
+                          "own date and load)")
     out.add_argument("--refigure", action="store_true",
                      help="run nothing: compute the figures and the plot again from the timelines in --out-json")
     args = parser.parse_args(argv)
@@ -411,9 +465,15 @@ def main(argv: list[str] | None = None) -> dict:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
                     "torch": torch.__version__, "ray": ray.__version__},
-        "settings": {k: v for k, v in vars(args).items() if k not in ("out_json", "plot", "ray_logs", "refigure")},
+        "settings": {k: v for k, v in vars(args).items()
+                     if k not in ("out_json", "plot", "ray_logs", "refigure", "update", "cases")},
         "cases": {},
     }
+    if args.update and out_json.exists():
+        earlier = json.loads(out_json.read_text())
+        if earlier["settings"] != results["settings"]:
+            parser.error(f"--update: {out_json} was measured with other settings ({earlier['settings']})")
+        results["cases"] = {k: v for k, v in earlier["cases"].items() if k not in args.cases}
     with moto_s3():
         storage.s3_client().create_bucket(Bucket=BUCKET)
         storage.upload_dir(Path(train_dir), f"s3://{BUCKET}/shards")
@@ -421,6 +481,7 @@ def main(argv: list[str] | None = None) -> dict:
         for key in args.cases:
             entry = run_case(CASES[key], args, f"s3://{BUCKET}/shards", f"s3://{BUCKET}/heldout")
             results["cases"][key] = entry
+            results["cases"] = {k: results["cases"][k] for k in CASES if k in results["cases"]}  # CASES' order
             print(summary_lines({"cases": {key: entry}})[0], flush=True)
             _replace(out_json, lambda tmp: Path(tmp).write_text(json.dumps(results, indent=1) + "\n"))
     compare_to_undisturbed(results)

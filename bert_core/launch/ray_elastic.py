@@ -25,8 +25,11 @@ checkpoint after a failure, and its preemption watcher for drained nodes. This m
 
 Growing is Ray's own resize: every --resize-interval seconds the elastic policy of a running group counts the
 workers the cluster could hold; when that differs from the group's size, the controller stops the group and
-starts one of the new size, which resumes from the latest reported checkpoint. The steps since that checkpoint
-are redone (Ray 2.60 gives a running group no notice before a resize, unlike a drain).
+starts one of the new size, which resumes from the latest reported checkpoint. Ray 2.60 gives a running group
+no notice before a resize (unlike a drain), so the workers look themselves: rank 0 checks the nodes as often as
+the controller does and, once a larger group fits, the group checkpoints at the next step boundary
+(ray_train.RayPreemption.grow_possible); the resize then redoes only the steps since that checkpoint, not
+those since the last periodic one.
 
 The controller calls `after_controller_state_update` on every iteration of its loop (every few tenths of a
 second), also when the state did not change, which is what makes the timeout check possible here.
@@ -55,6 +58,11 @@ from ray.train.v2._internal.execution.controller.state import (
 from bert_core.errors import BertPipelineError
 
 log = logging.getLogger(__name__)
+
+# How often a running elastic group below its maximum compares the placeable workers with its size (a
+# ray.nodes() call): the controller, to refresh the elastic policy's view, and rank 0, to checkpoint before
+# the resize (bert_core.launch.ray_train.RayPreemption.grow_possible).
+NODE_CHECK_S = 2.0
 
 # States in which the controller is waiting for a worker group to be placed (or to start).
 _WAITING = (InitializingState, RestartingState, ReschedulingState, SchedulingState, ResizingState)
@@ -116,8 +124,7 @@ def format_resources(resources: dict[str, float]) -> str:
 class WorkerGroupWatch(ControllerCallback, ReportCallback):
     """Logs worker-group resizes (driver log and MLflow) and bounds the wait for placement; see the module doc."""
 
-    # How often a running elastic group compares the placeable workers with its size (a ray.nodes() call).
-    RUNNING_CHECK_S = 2.0
+    RUNNING_CHECK_S = NODE_CHECK_S
 
     def __init__(self, step_name: str, min_workers: int, resources: dict[str, float], placement_timeout_s: float,
                  tracking_uri: str | None = None, mlflow_run_id: str | None = None, elastic: bool = False,

@@ -46,7 +46,7 @@ from bert_core.errors import BertPipelineError
 from bert_core.io import storage
 from bert_core.io.tracking import NullTracker, Tracker, build_tracker, pipeline_home
 from bert_core.launch.ray_cluster import connect, worker_env
-from bert_core.launch.ray_elastic import WorkerGroupWatch
+from bert_core.launch.ray_elastic import NODE_CHECK_S, WorkerGroupWatch, placeable_workers
 from bert_core.train.checkpointing import step_dir_name
 from bert_core.train.step_spec import Plan, StepHook, StepSpec, Worker
 
@@ -114,7 +114,8 @@ def hold_limit(deadline_ms: int | None, now: float) -> float:
 
 
 class RayPreemption:
-    """Drain notices from Ray Train's preemption watcher (bert_core.train.step_spec.Preemption).
+    """Drain notices from Ray Train's preemption watcher, and room for a larger elastic group
+    (bert_core.train.step_spec.Preemption; the latter: `grow_possible`, see bert_core.launch.ray_elastic).
 
     `ray.train.get_preemption_info()` is a barrier across the workers, so every worker asks after the same
     steps. After the just-in-time checkpoint the workers train on while the notice's deadline leaves room
@@ -125,8 +126,35 @@ class RayPreemption:
     Ray Train restarts it from the same checkpoint (charged to --max-failures): no step is lost either way, and
     nothing waits forever."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_workers: int = 1, resources: dict[str, float] | None = None) -> None:
         self.info: Any = None
+        self.max_workers, self.resources = max_workers, dict(resources or {})
+        self._checked = 0.0  # last node check (rank 0)
+        self._told: int | None = None  # the larger size grow_possible last said yes for
+
+    @property
+    def may_grow(self) -> bool:
+        return ray.train.get_context().get_world_size() < self.max_workers
+
+    def grow_possible(self) -> bool:
+        """Rank 0, at most every NODE_CHECK_S: True once the live, not draining nodes could hold a larger group
+        (up to the maximum); Ray Train's elastic policy resizes at its next --resize-interval check."""
+        context = ray.train.get_context()
+        now = time.monotonic()
+        if context.get_world_rank() != 0 or now - self._checked < NODE_CHECK_S:
+            return False
+        self._checked = now
+        world = context.get_world_size()
+        fits = min(placeable_workers(self.resources), self.max_workers)
+        if fits <= world:
+            self._told = None
+            return False
+        if fits == self._told:
+            return False
+        self._told = fits
+        log.warning("%d workers fit on the cluster now (the group has %d): checkpointing, so that Ray Train's "
+                    "resize continues from here", fits, world)
+        return True
 
     def noticed(self, step: int) -> bool:
         self.info = ray.train.get_preemption_info()
@@ -203,8 +231,9 @@ def _worker(payload: dict[str, Any]) -> dict[str, Any]:
         resume_dir = Path(ckpt_dir) if ckpt_dir else None
         if spec.resumable and (resume_dir is not None or config.resume in ("latest", "auto")):
             config = dataclasses.replace(config, resume=None)  # Ray's checkpoint is the one to resume from
+        preemption = RayPreemption(**payload["group"]) if spec.resumable else None
         worker = Worker(device, RayCheckpointStore() if spec.resumable else None, resume_dir, payload["hooks"],
-                        RayPreemption() if spec.resumable else None)
+                        preemption)
         return spec.work(config, payload["plan"], tracker, worker)
 
 
@@ -261,6 +290,7 @@ def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: 
     A BertPipelineError raised on a worker comes back as one (the user's mistake, said once)."""
     connect(local_cpus=max(job.max_workers, os.cpu_count() or 1))  # locally, enough CPUs for one worker each
     env = worker_env()
+    payload = {**payload, "group": {"max_workers": job.max_workers, "resources": job.resources()}}
     watch = WorkerGroupWatch(job.step, job.min_workers, job.resources(), job.placement_timeout,
                              payload.get("tracking_uri"), payload.get("mlflow_run_id"), elastic=job.elastic,
                              max_workers=job.max_workers)

@@ -107,7 +107,8 @@ class PretrainConfig(TrackingConfig, RayTrainConfig, OptimizerConfig):
         "Ray or the cluster at RAY_ADDRESS, given in its GCS form host:6379", group=RAY)
     resize_interval: float = option(60.0, "with --num-workers MIN:MAX: how often (seconds) a running group checks "
                                     "whether more workers can be placed, and grows if so (restarting from the "
-                                    "latest checkpoint: the steps since it are redone)", group=RAY)
+                                    "checkpoint the workers take once a larger group fits: the steps since are "
+                                    "redone)", group=RAY)
     preemption_check_interval: int = option(
         1, "on Ray: every N steps, ask Ray Train whether a node of the group got a drain notice (a spot or "
         "preemption notice: `ray drain-node`, or the cloud's through the autoscaler); if so, checkpoint at once, "

@@ -289,7 +289,8 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     asked after every --preemption-check-interval steps whether a node got a drain notice; then a
     checkpoint is saved at once, training goes on while the notice's deadline leaves room for more steps
     and one more checkpoint (Preemption.steps_left), and after that checkpoint the workers hold until the
-    launcher restarts the group without the node."""
+    launcher restarts the group without the node. An elastic group below its maximum also checkpoints once
+    a larger group could start (Preemption.grow_possible), so that the launcher's resize continues from there."""
     config.validate()
     started = manifest.now()
     rank, world = dist.rank(), dist.world_size()
@@ -417,6 +418,11 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
             saved = bool(config.ckpt_interval and step % config.ckpt_interval == 0 and step < total_steps)
             if saved:
                 checkpoint_seconds = _save_checkpoint(*checkpoint)
+            if preemption is not None and preemption.may_grow and drain_at is None and step < total_steps:
+                # Rank 0's answer, summed over the workers: the same decision on all of them.
+                grow = dist.all_reduce_sum(torch.tensor([float(preemption.grow_possible())], device=device))
+                if grow.item() > 0 and not saved:  # the resize restarts from here, not from an older checkpoint
+                    checkpoint_seconds, saved = _save_checkpoint(*checkpoint), True
             if preemption is not None and step < total_steps:
                 if drain_at is None and step % config.preemption_check_interval == 0 and preemption.noticed(step):
                     if not saved:  # just in time: nothing before the notice can be lost any more

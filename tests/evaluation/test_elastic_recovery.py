@@ -45,10 +45,11 @@ def test_time_lost_and_steps_redone_of_a_shrink_and_a_grow():
     assert shrink["seconds_without_steps"] == pytest.approx(11.0) and grow["seconds_without_steps"] == 12.0
     # From step 30 (t = 29) to step 31, the first beyond it (t = 60), less one 1 s step; from step 35 (t = 68) to
     # step 36 (t = 85), less one step.
-    assert shrink["seconds_lost"] == pytest.approx(30.0) and grow["seconds_lost"] == pytest.approx(16.0)
+    assert [(s["after_step"], s["restarts"], s["seconds"], s["seconds_lost"]) for s in figures["stalls"]] == [
+        (30, 1, 31.0, 30.0), (35, 1, 17.0, 16.0)]
     # One worker took 8 s for steps 32-35, which two do in 4 s.
-    assert figures["reduced_size"] == [{"world": 1, "steps": 4, "seconds": 8.0, "step_s": 2.0,
-                                        "full_size_step_s": 1.0, "seconds_lost": 4.0}]
+    assert figures["reduced_size"] == [{"world": 1, "steps": 4, "seconds": 8.0, "full_size_step_s": 1.0,
+                                        "seconds_lost": 4.0}]
     assert figures["time_lost_s"] == pytest.approx(50.0)
     assert figures["first_step_after_loss_s"] == pytest.approx(10.5)  # the one-worker group's first step
     assert figures["back_where_it_was_s"] == pytest.approx(30.5)  # step 31, on one worker at t = 60
@@ -62,9 +63,22 @@ def test_a_drain_that_trains_through_the_notice_redoes_nothing():
     figures = recovery_figures(timeline, events={"notice": 10.5, "node_lost": 25.0})
     assert figures["steps_redone"] == 0 and figures["steps_during_notice"] == 9  # steps 12-20
     assert figures["restarts"] == [{"resumed_from_step": 20, "world": 1, "steps_redone": 0,
-                                    "seconds_without_steps": 16.0, "at_s": 35.0, "seconds_lost": 15.0}]
+                                    "seconds_without_steps": 16.0, "at_s": 35.0}]
+    assert [s["seconds_lost"] for s in figures["stalls"]] == [15.0]  # the hold and the restart
     assert figures["time_lost_s"] == pytest.approx(15.0 + 9.0)  # the restart, and steps 22-30 on one worker
     assert figures["first_step_after_loss_s"] == figures["back_where_it_was_s"] == pytest.approx(10.0)
+
+
+def test_a_grow_that_throws_away_the_smaller_groups_steps_is_one_stall():
+    # Lost at step 30 (t = 29.5); one worker from the checkpoint of step 20 gets to step 28 only; the node back,
+    # two workers again from step 20 (no newer checkpoint), step 31 at t = 80.
+    timeline = (_steps("a", 2, range(1, 31), 0.0, 1.0) + _steps("b", 1, range(21, 29), 40.0, 2.0)
+                + _steps("c", 2, range(21, 41), 70.0, 1.0))
+    figures = recovery_figures(timeline, {"node_lost": 29.5, "node_back": 50.0})
+    assert [(s["after_step"], s["restarts"], s["seconds_lost"]) for s in figures["stalls"]] == [(30, 2, 50.0)]
+    assert figures["reduced_size"] == [] and figures["time_lost_s"] == 50.0
+    assert figures["steps_redone"] == 8 + 10  # 21-28 twice more than once, 21-30 once more: 18 executions
+    assert figures["back_where_it_was_s"] == pytest.approx(80.0 - 29.5)
 
 
 def test_load_drift_is_no_loss():
@@ -72,7 +86,8 @@ def test_load_drift_is_no_loss():
     timeline = _steps("a", 2, range(1, 21), 100.0, 0.5) + _steps("a", 2, range(21, 41), 111.0, 1.5)
     figures = recovery_figures(timeline)
     assert figures["time_lost_s"] == 0.0 and figures["steps_redone"] == 0
-    assert figures["restarts"] == [] and figures["reduced_size"] == [] and "first_step_after_loss_s" not in figures
+    assert figures["restarts"] == figures["stalls"] == figures["reduced_size"] == []
+    assert "first_step_after_loss_s" not in figures
 
 
 def test_no_records_is_a_clear_error():
@@ -100,9 +115,9 @@ def test_refigure_recomputes_from_the_saved_results_and_plots(tmp_path, capsys):
     assert json.loads(out.read_text())["cases"]["elastic-kill"]["figures"] == figures
     assert (tmp_path / "er.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert summary_lines(again)[0] == (
-        "elastic 1:2, killed: 99 s for 50 steps, time lost 50 s, steps redone 15; restarts: 1 worker(s) from step "
-        "20 after 11 s without steps, 10 redone, 30 s lost; 2 worker(s) from step 30 after 12 s without steps, 5 "
-        "redone, 16 s lost")
+        "elastic 1:2, killed: 99 s for 50 steps, time lost 50 s (stalls 30 s + 16 s, smaller group 4 s), steps "
+        "redone 15; restarts: 1 worker(s) from step 20 after 11 s without steps, 10 redone; 2 worker(s) from step "
+        "30 after 12 s without steps, 5 redone")
     assert refigure(json.loads(out.read_text()))["cases"]["elastic-kill"]["figures"] == figures
 
 
