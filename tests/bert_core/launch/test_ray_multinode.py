@@ -154,7 +154,9 @@ def test_node_lost_without_notice_shrinks_the_group_which_grows_back_when_it_ret
 
     watchers = [_when_signalled(lost_uri, machine_vanishes), _when_signalled(shrunk_uri, machine_returns)]
     # Step 12: rank 1's node is killed (the last checkpoint is step 10's). Step 17 of the shrunk group: the node
-    # comes back, and the one worker waits there for Ray Train's resize (the last checkpoint is step 15's).
+    # comes back, and the one worker waits there, inside a hook, for Ray Train's resize: so it reaches no step
+    # boundary to take the checkpoint a group that can grow takes (tested in process in test_pretrain.py), and the
+    # grow resumes from the periodic checkpoint of step 15, which keeps the redone steps exact here.
     result = run_step(PRETRAIN, config, hooks=[RecordSteps(records), SignalAtStep(12, lost_uri, hold=True),
                                                 SignalAtStep(17, shrunk_uri, rank=0, world=1, hold=True)])
     for watcher in watchers:
