@@ -386,6 +386,9 @@ def _replace(path: Path, write) -> None:
         pass
     try:
         write(tmp.name)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp.name, 0o666 & ~umask)  # a temp file is private; the result is not
         os.replace(tmp.name, path)
     finally:
         Path(tmp.name).unlink(missing_ok=True)

@@ -4,6 +4,7 @@ multi-node cluster for tens of minutes: `python -m evaluation.elastic_recovery`,
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -114,6 +115,9 @@ def test_refigure_recomputes_from_the_saved_results_and_plots(tmp_path, capsys):
     assert figures["span_over_undisturbed_s"] == pytest.approx(99.0 - 49.0)
     assert json.loads(out.read_text())["cases"]["elastic-kill"]["figures"] == figures
     assert (tmp_path / "er.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {(tmp_path / name).stat().st_mode & 0o777 for name in ("er.json", "er.png")} == {0o666 & ~umask}
     assert summary_lines(again)[0] == (
         "elastic 1:2, killed: 99 s for 50 steps, time lost 50 s (stalls 30 s + 16 s, smaller group 4 s), steps "
         "redone 15; restarts: 1 worker(s) from step 20 after 11 s without steps, 10 redone; 2 worker(s) from step "
