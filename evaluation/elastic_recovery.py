@@ -428,8 +428,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, 
     out.add_argument("--plot", default=None, help="PNG of step against wall-clock (default: --out-json as .png)")
     out.add_argument("--ray-logs", action="store_true", help="print what Ray's processes log (the resize lines)")
     out.add_argument("--update", action="store_true",
-                     help="keep the cases already in --out-json that --cases does not name (each case records its "
-                          "own date and load)")
+                     help="keep the cases already in --out-json, replacing each case --cases names as it finishes "
+                          "(each case records its own date and load)")
     out.add_argument("--refigure", action="store_true",
                      help="run nothing: compute the figures and the plot again from the timelines in --out-json")
     args = parser.parse_args(argv)
@@ -476,7 +476,7 @@ def main(argv: list[str] | None = None) -> dict:
         earlier = json.loads(out_json.read_text())
         if earlier["settings"] != results["settings"]:
             parser.error(f"--update: {out_json} was measured with other settings ({earlier['settings']})")
-        results["cases"] = {k: v for k, v in earlier["cases"].items() if k not in args.cases}
+        results["cases"] = earlier["cases"]  # each replaced as its new result comes: a failed case keeps its old one
     with moto_s3():
         storage.s3_client().create_bucket(Bucket=BUCKET)
         storage.upload_dir(Path(train_dir), f"s3://{BUCKET}/shards")
