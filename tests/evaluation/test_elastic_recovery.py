@@ -129,3 +129,38 @@ def test_the_loss_must_come_before_the_end(capsys):
     with pytest.raises(SystemExit):
         elastic_recovery.parse_args(["--steps", "100", "--loss-step", "100"])
     assert "need 0 < --loss-step < --steps" in capsys.readouterr().err
+
+
+def test_update_replaces_a_case_only_when_its_run_finishes(tmp_path, monkeypatch):
+    """--update keeps the saved cases; a case run again replaces its entry once it finishes, and one that fails
+    keeps the old entry (run_case stands in for the cluster runs; the S3 server is real)."""
+    from evaluation import pretrain_convergence
+
+    timeline, events = killed_elastic_run()
+    old = {"case": {"key": "x", "num_workers": "2", "loss": "kill"}, "label": "old", "events_s": events,
+           "figures": recovery_figures(timeline, events), "date": "then", "timeline": [[r["time"], r["step"], r["world"], "abc".index(r["attempt"])]
+                                                       for r in timeline]}
+    corpus, vocab, shards = tmp_path / "corpus.txt", tmp_path / "vocab.txt", tmp_path / "shards"
+    for path in (corpus, vocab):
+        path.write_text("text\n")
+    shards.mkdir()
+    (shards / "part-00000.npz").write_bytes(b"0")
+    args = ["--corpus", str(corpus), "--vocab", str(vocab), "--work-dir", str(tmp_path / "work"),
+            "--out-json", str(tmp_path / "er.json")]
+    settings = {k: v for k, v in vars(elastic_recovery.parse_args(args)[1]).items()
+                if k not in ("out_json", "plot", "ray_logs", "refigure", "update", "cases")}
+    (tmp_path / "er.json").write_text(json.dumps({"settings": settings, "cases": {
+        "fixed-kill": {**old, "label": "old fixed"}, "undisturbed": {**old, "label": "old undisturbed"}}}))
+    monkeypatch.setattr(pretrain_convergence, "prepare_data", lambda *a: (str(shards), str(shards)))
+
+    def run_case(case, args, data, data_eval):
+        if case.key == "undisturbed":
+            raise RuntimeError("the node's memory ran out")
+        return {**old, "label": "new " + case.key, "date": "now"}
+
+    monkeypatch.setattr(elastic_recovery, "run_case", run_case)
+    with pytest.raises(RuntimeError, match="memory ran out"):
+        elastic_recovery.main([*args, "--cases", "fixed-kill", "undisturbed", "--update"])
+    saved = json.loads((tmp_path / "er.json").read_text())["cases"]
+    assert {k: v["label"] for k, v in saved.items()} == {"fixed-kill": "new fixed-kill",
+                                                         "undisturbed": "old undisturbed"}
