@@ -326,9 +326,12 @@ def plot(results: dict, path: Path) -> None:
         loss = events.get("node_lost")
         times, workers = world_series(timeline)
         style = {"linewidth": 1.4, "linestyle": "--" if entry["case"]["loss"] is None else "-"}
-        line, = axes[0][0].plot([t / 60 for t, *_ in timeline], [s for _, s, *_ in timeline], label=entry["label"],
-                                **style)
-        color = line.get_color()
+        groups = [[r for r in timeline if r[3] == attempt] for attempt in dict.fromkeys(r[3] for r in timeline)]
+        color = None
+        for i, group in enumerate(groups):  # one line per worker group: a restart is a break, not a slope
+            line, = axes[0][0].plot([t / 60 for t, *_ in group], [s for _, s, *_ in group], color=color,
+                                    label=None if i else entry["label"], **style)
+            color = line.get_color()
         axes[1][0].step([t / 60 for t in times], workers, where="post", color=color, linewidth=1.2)
         for event, marker in (("notice", "v"), ("node_lost", "x"), ("node_back", "^")):
             if event in events:
@@ -337,8 +340,8 @@ def plot(results: dict, path: Path) -> None:
         if loss is None:
             continue
         at_loss = max((s for t, s, *_ in timeline if t <= loss), default=0)
-        axes[0][1].plot([t - loss for t, *_ in timeline], [s - at_loss for _, s, *_ in timeline], color=color,
-                        label=entry["label"], **style)
+        for group in groups:
+            axes[0][1].plot([t - loss for t, *_ in group], [s - at_loss for _, s, *_ in group], color=color, **style)
         axes[1][1].step([t - loss for t in times], workers, where="post", color=color, linewidth=1.2)
         for event, marker in (("notice", "v"), ("node_back", "^")):
             if event in events:
