@@ -54,7 +54,7 @@ def _isolated_caches(tmp_path_factory, monkeypatch):
 # while the other idles (seconds on this 2-core machine, alone; the rest take a few seconds each).
 LONG_FIRST = (
     "tests/test_stack_ui.py",  # ~340 s: `stack up`, bert_demo from the UI, both DAGs' forms, the REST runs
-    "tests/bert_core/launch/test_ray_multinode.py",  # ~210 s: a head and two worker nodes, drained and killed
+    "tests/bert_core/launch/test_ray_multinode.py",  # ~205 s: a head and two worker nodes: drained, killed, back
     "tests/test_demo.py",  # ~80 s
     "tests/bert_core/launch/test_ray_pretrain.py",  # ~75 s
     "tests/bert_core/launch/test_ray_shards_multinode.py",  # ~55-90 s: make-shards on two nodes, one killed

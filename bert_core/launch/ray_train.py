@@ -46,7 +46,7 @@ from bert_core.errors import BertPipelineError
 from bert_core.io import storage
 from bert_core.io.tracking import NullTracker, Tracker, build_tracker, pipeline_home
 from bert_core.launch.ray_cluster import connect, on_local_instance, worker_env
-from bert_core.launch.ray_elastic import WorkerGroupWatch
+from bert_core.launch.ray_elastic import NODE_CHECK_S, WorkerGroupWatch, placeable_workers
 from bert_core.train.checkpointing import step_dir_name
 from bert_core.train.step_spec import Plan, StepHook, StepSpec, Worker
 
@@ -92,6 +92,20 @@ HOLD_AFTER_DEADLINE_S = 120.0
 HOLD_WITHOUT_DEADLINE_S = 900.0
 
 
+# A drain notice's last checkpoint is to be committed this long before the deadline: room for a slow step or
+# checkpoint, and for a cloud that takes the machine a little early. Notices shorter than this plus one
+# checkpoint get no training after the just-in-time checkpoint.
+DRAIN_MARGIN_S = 10.0
+
+
+def steps_before_deadline(deadline_s: float, now: float, step_s: float, checkpoint_s: float,
+                          margin_s: float = DRAIN_MARGIN_S) -> int:
+    """How many more steps of `step_s` fit before a checkpoint of `checkpoint_s` must start to end `margin_s`
+    before the deadline (epoch seconds); one step is kept in reserve."""
+    room = deadline_s - now - margin_s - checkpoint_s
+    return max(0, int(room // max(step_s, 1e-3)) - 1)
+
+
 def hold_limit(deadline_ms: int | None, now: float) -> float:
     """The time (time.time()) until which workers hold after a drain notice with this deadline."""
     if deadline_ms is None:
@@ -100,21 +114,62 @@ def hold_limit(deadline_ms: int | None, now: float) -> float:
 
 
 class RayPreemption:
-    """Drain notices from Ray Train's preemption watcher (bert_core.train.step_spec.Preemption).
+    """Drain notices from Ray Train's preemption watcher, and room for a larger elastic group
+    (bert_core.train.step_spec.Preemption; the latter: `grow_possible`, see bert_core.launch.ray_elastic).
 
     `ray.train.get_preemption_info()` is a barrier across the workers, so every worker asks after the same
-    steps. After the just-in-time checkpoint the workers hold: Ray Train's controller restarts the group (from
-    that checkpoint) when the drained node goes or its deadline passes (FailureConfig.preemption_grace_s later),
-    charged to FailureConfig.max_preemption_failures (default: unlimited), not to --max-failures. A group that is
-    not replaced by `hold_limit` fails instead, so Ray Train restarts it from the same checkpoint (charged to
-    --max-failures): no step is lost either way, and nothing waits forever."""
+    steps. After the just-in-time checkpoint the workers train on while the notice's deadline leaves room
+    (`steps_before_deadline`: the last checkpoint committed DRAIN_MARGIN_S before it), checkpoint again and
+    hold: Ray Train's controller restarts the group (from that checkpoint) when the drained node goes or its
+    deadline passes (FailureConfig.preemption_grace_s later), charged to FailureConfig.max_preemption_failures
+    (default: unlimited), not to --max-failures. A group that is not replaced by `hold_limit` fails instead, so
+    Ray Train restarts it from the same checkpoint (charged to --max-failures): no step is lost either way, and
+    nothing waits forever."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_workers: int = 1, resources: dict[str, float] | None = None) -> None:
         self.info: Any = None
+        self.max_workers, self.resources = max_workers, dict(resources or {})
+        self._checked = 0.0  # last node check (rank 0)
+        self._told: int | None = None  # the larger size grow_possible last said yes for
+
+    @property
+    def may_grow(self) -> bool:
+        return ray.train.get_context().get_world_size() < self.max_workers
+
+    def grow_possible(self) -> bool:
+        """Rank 0, at most every NODE_CHECK_S: True once the live, not draining nodes could hold a larger group
+        (up to the maximum); Ray Train's elastic policy resizes at its next --resize-interval check."""
+        context = ray.train.get_context()
+        now = time.monotonic()
+        if context.get_world_rank() != 0 or now - self._checked < NODE_CHECK_S:
+            return False
+        self._checked = now
+        world = context.get_world_size()
+        fits = min(placeable_workers(self.resources), self.max_workers)
+        if fits <= world:
+            self._told = None
+            return False
+        if fits == self._told:
+            return False
+        self._told = fits
+        log.warning("%d workers fit on the cluster now (the group has %d): checkpointing, so that Ray Train's "
+                    "resize continues from here", fits, world)
+        return True
 
     def noticed(self, step: int) -> bool:
         self.info = ray.train.get_preemption_info()
         return self.info is not None
+
+    def steps_left(self, step_seconds: float, checkpoint_seconds: float) -> int:
+        info = self.info
+        left = (0 if info.deadline_ms is None else
+                steps_before_deadline(info.deadline_ms / 1000, time.time(), step_seconds, checkpoint_seconds))
+        if left and ray.train.get_context().get_world_rank() == 0:
+            log.warning("drain notice for node %s (deadline in %.0f s): training on for about %d steps (%.2f s "
+                        "each), then one more checkpoint (the last took %.1f s) %.0f s before the deadline",
+                        ", ".join(n[:8] for n in info.preempted_node_ids), info.deadline_ms / 1000 - time.time(),
+                        left, step_seconds, checkpoint_seconds, DRAIN_MARGIN_S)
+        return left
 
     def hold(self, step: int) -> None:
         info = self.info
@@ -176,8 +231,9 @@ def _worker(payload: dict[str, Any]) -> dict[str, Any]:
         resume_dir = Path(ckpt_dir) if ckpt_dir else None
         if spec.resumable and (resume_dir is not None or config.resume in ("latest", "auto")):
             config = dataclasses.replace(config, resume=None)  # Ray's checkpoint is the one to resume from
+        preemption = RayPreemption(**payload["group"]) if spec.resumable else None
         worker = Worker(device, RayCheckpointStore() if spec.resumable else None, resume_dir, payload["hooks"],
-                        RayPreemption() if spec.resumable else None)
+                        preemption)
         return spec.work(config, payload["plan"], tracker, worker)
 
 
@@ -261,8 +317,10 @@ def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: 
     A BertPipelineError raised on a worker comes back as one (the user's mistake, said once)."""
     connect(local_cpus=max(job.max_workers, os.cpu_count() or 1))  # locally, enough CPUs for one worker each
     env = worker_env()
+    payload = {**payload, "group": {"max_workers": job.max_workers, "resources": job.resources()}}
     watch = WorkerGroupWatch(job.step, job.min_workers, job.resources(), job.placement_timeout,
-                             payload.get("tracking_uri"), payload.get("mlflow_run_id"), elastic=job.elastic)
+                             payload.get("tracking_uri"), payload.get("mlflow_run_id"), elastic=job.elastic,
+                             max_workers=job.max_workers)
     trainer = TorchTrainer(
         worker,
         train_loop_config=payload,

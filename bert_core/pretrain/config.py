@@ -119,12 +119,15 @@ class PretrainConfig(TrackingConfig, RayTrainConfig, OptimizerConfig):
         "of workers). 0 or 1: in this process (1 runs on Ray when RAY_ADDRESS is set); more: Ray Train on the local "
         "Ray or the cluster at RAY_ADDRESS, given in its GCS form host:6379", group=RAY, section=Form.SCALE)
     resize_interval: float = option(60.0, "with --num-workers MIN:MAX: how often (seconds) a running group checks "
-                                    "whether more workers can be placed, and grows if so", group=RAY,
+                                    "whether more workers can be placed, and grows if so (restarting from the "
+                                    "checkpoint the workers take once a larger group fits: the steps since are "
+                                    "redone)", group=RAY,
                                     section=Form.SCALE)
     preemption_check_interval: int = option(
         1, "on Ray: every N steps, ask Ray Train whether a node of the group got a drain notice (a spot or "
-        "preemption notice: `ray drain-node`, or the cloud's through the autoscaler); if so, checkpoint at once and "
-        "wait for the group to be restarted without that node, so no step is lost", group=RAY, section=Form.SCALE)
+        "preemption notice: `ray drain-node`, or the cloud's through the autoscaler); if so, checkpoint at once, "
+        "train on while the notice's deadline leaves room, checkpoint again and wait for the group to be restarted "
+        "without that node, so no step is lost", group=RAY, section=Form.SCALE)
     max_failures: int = option(0, "restart the workers from the last checkpoint up to K times after a failure; "
                                "-1: always", group=RAY, section=Form.SCALE)
     run_name: str | None = option(None, "Ray run name under --storage", group=RAY, section=Form.STORAGE,

@@ -22,8 +22,10 @@ import dataclasses
 import hashlib
 import json
 import logging
+import statistics
 import sys
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -285,7 +287,10 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     `inputs`: the input hashes when a launcher already checked the inputs and the output (its Plan);
     otherwise rank 0 does it here. `hooks` are called after every optimizer step (StepHook). `preemption`:
     asked after every --preemption-check-interval steps whether a node got a drain notice; then a
-    checkpoint is saved at once and the workers hold until the launcher restarts the group without it."""
+    checkpoint is saved at once, training goes on while the notice's deadline leaves room for more steps
+    and one more checkpoint (Preemption.steps_left), and after that checkpoint the workers hold until the
+    launcher restarts the group without the node. An elastic group below its maximum also checkpoints once
+    a larger group could start (Preemption.grow_possible), so that the launcher's resize continues from there."""
     config.validate()
     started = manifest.now()
     rank, world = dist.rank(), dist.world_size()
@@ -372,6 +377,10 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     # In a log file (Ray workers, Airflow) a bar redrawn every second would flood it.
     bar = tqdm(total=total_steps, initial=step, disable=rank != 0 or not config.progress, unit="step",
                dynamic_ncols=True, mininterval=1.0 if sys.stderr.isatty() else 30.0)
+    drain_at: int | None = None  # under a drain notice: the step whose checkpoint is the last one here
+    step_seconds: deque[float] = deque(maxlen=10)  # wall time of the latest steps, checkpoints included
+    checkpoint_seconds = 0.0  # how long the latest checkpoint took
+    step_end = time.perf_counter()
     try:
         while step < total_steps:
             t0 = time.perf_counter()
@@ -404,16 +413,30 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
                 _watch_check(watch, step, tracker, heldout)
             for hook in hooks:
                 hook(step, resumed_from is not None)
+            checkpoint = (ckpt_store, step, model, optimizer, scheduler, precision, stream, config, total_steps,
+                          stream_cfg, world, metrics_from(values))
             saved = bool(config.ckpt_interval and step % config.ckpt_interval == 0 and step < total_steps)
             if saved:
-                _save_checkpoint(ckpt_store, step, model, optimizer, scheduler, precision, stream, config,
-                                 total_steps, stream_cfg, world, metrics_from(values))
-            if (preemption is not None and step < total_steps and step % config.preemption_check_interval == 0
-                    and preemption.noticed(step)):
-                if not saved:  # just in time: the restarted group continues from this very step
-                    _save_checkpoint(ckpt_store, step, model, optimizer, scheduler, precision, stream, config,
-                                     total_steps, stream_cfg, world, metrics_from(values))
-                preemption.hold(step)
+                checkpoint_seconds = _save_checkpoint(*checkpoint)
+            if preemption is not None and preemption.may_grow and drain_at is None and step < total_steps:
+                # Rank 0's answer, summed over the workers: the same decision on all of them.
+                grow = dist.all_reduce_sum(torch.tensor([float(preemption.grow_possible())], device=device))
+                if grow.item() > 0 and not saved:  # the resize restarts from here, not from an older checkpoint
+                    checkpoint_seconds, saved = _save_checkpoint(*checkpoint), True
+            if preemption is not None and step < total_steps:
+                if drain_at is None and step % config.preemption_check_interval == 0 and preemption.noticed(step):
+                    if not saved:  # just in time: nothing before the notice can be lost any more
+                        checkpoint_seconds, saved = _save_checkpoint(*checkpoint), True
+                    typical = statistics.median(step_seconds) if step_seconds else time.perf_counter() - t0
+                    # The same number on every worker: the least of their answers.
+                    drain_at = step + min(dist.all_gather_objects(
+                        preemption.steps_left(typical, checkpoint_seconds)))
+                if drain_at is not None and step >= drain_at:
+                    if not saved:  # the last checkpoint before the node goes: the restarted group continues here
+                        _save_checkpoint(*checkpoint)
+                    preemption.hold(step)
+            step_seconds.append(time.perf_counter() - step_end)
+            step_end = time.perf_counter()
     finally:
         bar.close()
 
@@ -498,7 +521,9 @@ def _evaluate(config: PretrainConfig, model: torch.nn.Module, shards: ShardSet, 
 
 def _save_checkpoint(store: CheckpointStore, step: int, model: BertForPreTraining, optimizer, scheduler,
                      precision: Precision, stream: PretrainStream, config: PretrainConfig, total_steps: int,
-                     stream_cfg: StreamConfig, world: int, metrics: dict[str, float]) -> None:
+                     stream_cfg: StreamConfig, world: int, metrics: dict[str, float]) -> float:
+    """Save (rank 0 writes, every worker takes part); returns the seconds it took."""
+    begun = time.perf_counter()
     rng = dist.all_gather_objects(capture_rng())  # every worker's dropout RNG, written by rank 0
 
     def write(directory: Path) -> None:
@@ -513,6 +538,7 @@ def _save_checkpoint(store: CheckpointStore, step: int, model: BertForPreTrainin
         })
 
     store.save(step, write if dist.rank() == 0 else None, {"step": step, **metrics})
+    return time.perf_counter() - begun
 
 
 def _load_checkpoint(directory: Path, model: BertForPreTraining, optimizer, scheduler, precision: Precision,

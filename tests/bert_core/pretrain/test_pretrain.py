@@ -129,6 +129,70 @@ def test_kill_and_resume_equals_uninterrupted(cfg, tmp_path, monkeypatch):
         "metrics"], rel=0, abs=0)
 
 
+class Held(Exception):
+    def __init__(self, step: int):
+        super().__init__(step)
+        self.step = step
+
+
+class DrainNotice:
+    """A Preemption (bert_core.train.step_spec) whose notice comes after step `at` and leaves `left` more steps
+    before the last checkpoint; its hold ends the run, as Ray Train stopping the workers does."""
+
+    may_grow = False
+
+    def __init__(self, at: int, left: int):
+        self.at, self.left, self.asked = at, left, []
+
+    def noticed(self, step: int) -> bool:
+        self.asked.append(("noticed", step))
+        return step >= self.at
+
+    def steps_left(self, step_seconds: float, checkpoint_seconds: float) -> int:
+        self.asked.append(("steps_left", step_seconds > 0, checkpoint_seconds > 0))
+        return self.left
+
+    def hold(self, step: int) -> None:
+        raise Held(step)
+
+
+@pytest.mark.parametrize("left, checkpoints", [(0, [3]), (2, [3, 5])])
+def test_a_drain_notice_checkpoints_at_once_trains_on_while_there_is_time_then_checkpoints_and_holds(
+        cfg, tmp_path, left, checkpoints):
+    notice = DrainNotice(at=3, left=left)
+    with pytest.raises(Held) as held:
+        pretrain(cfg(ckpt_dir=str(tmp_path / "ck"), num_steps=10, keep_checkpoints=0), preemption=notice)
+    assert held.value.step == checkpoints[-1]
+    assert sorted(p.name for p in (tmp_path / "ck").glob("step-*")) == [f"step-{s:08d}" for s in checkpoints]
+    # Asked after every step until the notice, then told how long the steps and the checkpoint take.
+    assert notice.asked == [("noticed", 1), ("noticed", 2), ("noticed", 3), ("steps_left", True, True)]
+    assert not (tmp_path / "out").exists()
+
+
+class GrowNotice:
+    """A Preemption whose group is below its maximum (`may_grow`) and could grow after step `at`."""
+
+    def __init__(self, at: int, may_grow: bool = True):
+        self.at, self.may_grow, self.steps = at, may_grow, 0
+
+    def grow_possible(self) -> bool:
+        self.steps += 1
+        return self.steps == self.at
+
+    def noticed(self, step: int) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("may_grow, checkpoints", [(True, ["step-00000004"]), (False, [])])
+def test_room_for_a_larger_group_makes_a_checkpoint_the_resize_continues_from(cfg, tmp_path, may_grow,
+                                                                               checkpoints):
+    notice = GrowNotice(at=4, may_grow=may_grow)
+    result = pretrain(cfg(ckpt_dir=str(tmp_path / "ck"), num_steps=6, keep_checkpoints=0), preemption=notice)
+    assert result["training"]["steps"] == 6  # training went on
+    assert sorted(p.name for p in (tmp_path / "ck").glob("step-*")) == checkpoints
+    assert notice.steps == (6 - 1 if may_grow else 0)  # asked after every step but the last; never when it cannot grow
+
+
 def test_checkpoints_are_model_dirs_and_pruned(cfg, tmp_path):
     ck = tmp_path / "ck"
     pretrain(cfg(ckpt_dir=str(ck), ckpt_interval=1, num_steps=5, keep_checkpoints=2))
