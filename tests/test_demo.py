@@ -6,7 +6,9 @@ connection, as a deployment would configure them. Run as a user runs it, a comma
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +56,24 @@ def demo_env(monkeypatch, tmp_path):
     server.stop()
 
 
+def _run_demo(home: Path, args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+    """The demo as a user runs it; one that has not finished in `timeout` s is stopped and the test fails with
+    what it printed and its run log's tail (pytest's own timeout would kill it with neither: a demo that hung
+    once in CI left nothing to read)."""
+    with subprocess.Popen([sys.executable, "-m", "bert_pipeline.cli", "demo", "--home", str(home), *args],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) as demo:
+        try:
+            out, err = demo.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(demo.pid, signal.SIGKILL)
+            out, err = demo.communicate()
+            logs = sorted((home / "runs").glob("*/*/run.log"), key=lambda p: p.stat().st_mtime)
+            tail = "\n".join(logs[-1].read_text(errors="replace").splitlines()[-120:]) if logs else "(no run log)"
+            pytest.fail(f"the demo did not finish in {timeout:g} s\n--- stdout\n{out}\n--- stderr\n{err[-5000:]}\n"
+                        f"--- {logs[-1] if logs else 'run log'} (last lines)\n{tail}")
+    return subprocess.CompletedProcess(demo.args, demo.returncode, out, err)
+
+
 def test_demo_end_to_end_on_s3(demo_env, tmp_path, monkeypatch):
     home, endpoint = demo_env
     work_uri = "s3://bert-demo/runs/1"
@@ -66,8 +86,7 @@ def test_demo_end_to_end_on_s3(demo_env, tmp_path, monkeypatch):
     for file in sorted(write_tiny_bert(tmp_path / "tiny-bert").iterdir()):
         bucket.upload_file(str(file), "bert-demo", f"models/tiny-bert/{file.name}")
     conf = {**CONF, "model": "s3://bert-demo/models/tiny-bert"}
-    done = subprocess.run([sys.executable, "-m", "bert_pipeline.cli", "demo", "--home", str(home), "--work-dir",
-                           work_uri, "--conf", json.dumps(conf)], capture_output=True, text=True, timeout=900)
+    done = _run_demo(home, ["--work-dir", work_uri, "--conf", json.dumps(conf)])
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert done.stderr == ""  # everything the components print or log goes to the run's log

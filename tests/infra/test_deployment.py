@@ -77,6 +77,11 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "AIRFLOW__CORE__LOAD_EXAMPLES": ("local",),
     "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": ("local",),
     "RAY_AUTH_MODE": ("local",),
+    "COLUMNS": ("local",),  # the terminal's width, for the live run view of `demo` / `run`
+    # Set by the project for its own processes: MLflow's download bars off while a report is built; Ray Train's
+    # preemption watcher off on a single-machine instance (there is no node to be preempted).
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": ("runtime",),
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": ("runtime",),
 }
 # Read by Ray itself, not by our code: the token the cluster checks, which Airflow's job submissions must carry.
 RAY_AUTH = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
