@@ -64,9 +64,10 @@ def plan(params: dict[str, Any], run_id: str | None, settings: tuple[str, ...],
                                 '{"mrpc": {"lr": 3e-5, "epochs": 5}}')
     overrides = {tasks.get(t).name: v for t, v in overrides.items()}
     requested = {tasks.get(t).name: d for t, d in (params.get("tasks") or {}).items()}
-    stray = sorted(set(overrides) - set(requested))
-    if stray:
-        raise BertPipelineError(f"overrides: {', '.join(stray)} not among the run's tasks ({', '.join(requested)})")
+    for where, named in (("overrides", overrides), ("search", presets.per_task_search(params.get("search")) or {})):
+        stray = sorted(set(named) - set(requested))
+        if stray:
+            raise BertPipelineError(f"{where}: {', '.join(stray)} not among the run's tasks ({', '.join(requested)})")
     # The form's deprecated `max_len` (max_seq_length of classification/NER only) is read per task by settings_for.
     base = settings_from(params, (*settings, DEPRECATED_MAX_LEN))
     planned = []

@@ -47,8 +47,9 @@ PARAMS = {
                     description="Hyperparameter search per task on Ray Tune (one MLflow child run per trial; the "
                                 "best trial by the task's main dev metric is evaluated and registered): "
                                 "'preset' for the preset's protocol (bert-paper: 4 learning rates, x 3 seeds for "
-                                'RTE/MRPC/CoLA/STS-B), or a grid such as {"lr": [5e-5, 3e-5], "seed": [1, 2]}. '
-                                "Empty: no search."),
+                                'RTE/MRPC/CoLA/STS-B), or a grid such as {"lr": [5e-5, 3e-5], "seed": [1, 2]}; '
+                                'per task, naming the tasks that search: {"mrpc": "preset", "sst-2": {"lr": '
+                                '[5e-5, 3e-5]}} (the others train once). Empty: no search.'),
     "max_concurrent_trials": Param(0, type="integer", minimum=0,
                                    description="At most this many search trials at once; 0: as many as the Ray "
                                                "cluster's CPUs (GPUs with use_gpu) allow."),

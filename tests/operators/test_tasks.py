@@ -128,6 +128,9 @@ def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatc
     assert (squad.settings["batch_size"], squad.settings["optimizer"]) == (12, "adamw")
     assert sst2.search == squad.search == {"lr": [1e-4, 3e-4]}
     assert plan()[0].settings["lr"] == 1e-4 and plan()[0].search == {}
+    # A search of one task only: the others train once.
+    sst2, squad = plan(search={"sst-2": {"lr": [1e-4, 3e-4]}})
+    assert (sst2.search, squad.search) == ({"lr": [1e-4, 3e-4]}, {})
 
     # `recipe`, the form's former name of `preset`, still works (a conf sent to the REST API), with a warning.
     conf = {k: v for k, v in defaults.items() if k != "preset"}
@@ -156,6 +159,8 @@ def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatc
         (dict(overrides={"mrpc": {"epochs": 1}}), "overrides: mrpc not among the run's tasks"),
         (dict(overrides={"sst-2": 3}), "overrides: expected an object of task"),
         (dict(search={"lr": []}), r"search.lr: expected a non-empty list"),
+        (dict(search={"mrpc": {"lr": [1e-4]}}), "search: mrpc not among the run's tasks"),
+        (dict(search={"squad": {"lr": 1e-4}}), r"search.squad.lr: expected a non-empty list"),
         (dict(search="preset"), "search: 'preset' needs a preset with a search protocol"),
         (dict(search={"lr": [1e-4]}, num_workers=2), "task sst-2: a search runs one worker per trial"),
         (dict(tasks={"cola": str(tmp_path)}), f"tasks.cola: {tmp_path} has no training file"),
