@@ -94,11 +94,11 @@ def prepare(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> Prepar
 def _existing_result(cfg: FinetuneConfig, prepared: Prepared) -> dict | None:
     """The manifest when --output already holds this exact result; an error when it holds anything else
     (unless --overwrite), raised before training rather than after it."""
+    if manifest.is_up_to_date(cfg.output, "finetune", cfg.result_config(), prepared.inputs):
+        return manifest.read(cfg.output)
     if storage.is_s3(cfg.output):
         taken = storage.exists(cfg.output)
     else:
-        if manifest.is_up_to_date(cfg.output, "finetune", cfg.result_config(), prepared.inputs):
-            return manifest.read(cfg.output)
         out = storage.local_path(cfg.output)
         taken = out.exists() and (not out.is_dir() or any(out.iterdir()))
     if taken and not cfg.overwrite:
