@@ -120,6 +120,14 @@ def check_task(plan: FinetuneTaskPlan) -> None:
         if config.train_file is None and not any((data / name).is_file() for name in candidates):
             raise BertPipelineError(f"tasks.{task}: {config.data_dir} has no training file (looked for "
                                     f"{', '.join(candidates)})")
+    if not storage.is_s3(config.model) and not storage.local_path(config.model).exists():
+        # Fine-tuning starts from weights: a bare architecture name (bert_2_64_2) is no model here, and a path that
+        # is not there would fail only in the mapped task.
+        from bert_core.model import zoo
+
+        if zoo.lookup(config.model) is None:
+            raise BertPipelineError(f"model: {zoo.unknown_model_message(config.model)}"
+                                    if "/" not in config.model else f"model: no such model directory {config.model}")
     limit = max_positions(config.model)
     if limit is not None and config.max_seq_length > limit:
         raise BertPipelineError(f"{where}: max_seq_length {config.max_seq_length} is longer than the model's {limit} "

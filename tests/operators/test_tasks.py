@@ -160,6 +160,8 @@ def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatc
         (dict(overrides={"sst-2": 3}), "overrides: expected an object of task"),
         (dict(search={"lr": []}), r"search.lr: expected a non-empty list"),
         (dict(search={"mrpc": {"lr": [1e-4]}}), "search: mrpc not among the run's tasks"),
+        (dict(model="bert_2_64_2"), "model: unknown model 'bert_2_64_2': not a directory and not a zoo name"),
+        (dict(model=str(tmp_path / "no-model")), "model: no such model directory"),
         (dict(search={"squad": {"lr": 1e-4}}), r"search.squad.lr: expected a non-empty list"),
         (dict(search="preset"), "search: 'preset' needs a preset with a search protocol"),
         (dict(search={"lr": [1e-4]}, num_workers=2), "task sst-2: a search runs one worker per trial"),
