@@ -12,6 +12,7 @@ from airflow.sdk import Param, dag
 from bert_core.finetune import presets
 from bert_core.finetune.config import FinetuneConfig
 from operators import plan_finetune as planning
+from operators import registry
 from operators import tasks as ops
 from operators.airflow_tasks import bert_task
 from operators.params import config_params
@@ -84,7 +85,8 @@ def bert_finetune():
 
     @bert_task
     def summary(results: list[dict], specs: list[dict]) -> dict:
-        return ops.summarize(list(results), f"{specs[0]['registry']}/summary.json")
+        return ops.summarize(list(results), f"{specs[0]['registry']}/summary.json",
+                             [registry.model_name(spec["task"]) for spec in specs])
 
     specs = plan()
     reports = register_and_promote.expand(evaluated=evaluate.expand(finetuned=finetune.expand(spec=specs)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -258,3 +259,11 @@ def test_demo_params_are_the_library_fields_and_keep_the_old_names(tmp_path, mon
                           (dict(pretrain_steps=8, pretrain_num_steps=9), "give pretrain_num_steps only")]:
         with pytest.raises(BertPipelineError, match=message):
             plan(**conf)
+
+
+def test_the_summary_lists_models_in_the_plan_order_whatever_order_the_tasks_finished(tmp_path):
+    """A mapped task's results reach the next task in the order they finished (seen under the CeleryExecutor)."""
+    finished = [{"name": "bert-squad", "promoted": True}, {"name": "bert-sst-2", "promoted": False}]
+    summary = ops.summarize(finished, str(tmp_path / "summary.json"), ["bert-sst-2", "bert-squad"])
+    assert [m["name"] for m in summary["models"]] == ["bert-sst-2", "bert-squad"]
+    assert json.loads((tmp_path / "summary.json").read_text())["models"] == summary["models"]
