@@ -8,22 +8,15 @@ import threading
 import pytest
 
 from bert_core.io import storage
+from tests import multinode_cluster
 
 
 @pytest.fixture
 def s3(monkeypatch, tmp_path):
-    from moto import server as moto_server
-
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    for key, value in {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
-                       "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                       "BERT_PIPELINE_CACHE": str(tmp_path / "cache")}.items():
-        monkeypatch.setenv(key, value)
-    storage.s3_client().create_bucket(Bucket="cache")
-    yield
-    server.stop()
+    monkeypatch.setenv("BERT_PIPELINE_CACHE", str(tmp_path / "cache"))
+    with multinode_cluster.moto_s3():
+        storage.s3_client().create_bucket(Bucket="cache")
+        yield
 
 
 def test_readers_at_once_fill_the_cache_without_tripping_over_each_other(s3, tmp_path):
