@@ -139,6 +139,25 @@ class LoopbackCluster:
         node = next(n for n in ray.nodes() if n["NodeID"] == node_id)
         return next(name for name in self.procs if name in node["Resources"])
 
+    def nodes_running(self, title: str) -> set[str]:
+        """Names of the nodes that run a process titled `title...` (Ray titles an actor's process
+        `ray::<class>`, e.g. ray::RayTrainWorker), found in each node's process tree."""
+        import psutil
+
+        found = set()
+        for name, proc in self.procs.items():
+            try:
+                children = psutil.Process(proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                continue
+            for child in children:
+                try:
+                    if (child.cmdline() or [""])[0].startswith(title):
+                        found.add(name)
+                except psutil.Error:
+                    continue
+        return found
+
     def kill_raylet(self, name: str) -> None:
         """SIGKILL the node's raylet, as when the machine vanishes; its workers die with it."""
         import psutil

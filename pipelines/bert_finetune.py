@@ -13,6 +13,7 @@ from bert_core.finetune import presets
 from bert_core.finetune.config import FinetuneConfig
 from bert_core.options import Form
 from operators import plan_finetune as planning
+from operators import registry
 from operators import tasks as ops
 from operators.airflow_tasks import bert_task
 from operators.params import config_params, in_sections, section
@@ -50,8 +51,10 @@ PARAMS = in_sections({
                     description="Hyperparameter search per task on Ray Tune (one MLflow child run per trial; the "
                                 "best trial by the task's main dev metric is evaluated and registered): "
                                 "'preset' for the preset's protocol (bert-paper: 4 learning rates, x 3 seeds for "
-                                'RTE/MRPC/CoLA/STS-B), or a grid such as {"lr": [5e-5, 3e-5], "seed": [1, 2]}. '
-                                "Empty: no search.", section=section(Form.OPTIMIZATION)),
+                                'RTE/MRPC/CoLA/STS-B), or a grid such as {"lr": [5e-5, 3e-5], "seed": [1, 2]}; '
+                                'per task, naming the tasks that search: {"mrpc": "preset", "sst-2": {"lr": '
+                                '[5e-5, 3e-5]}} (the others train once). Empty: no search.',
+                                section=section(Form.OPTIMIZATION)),
     "max_concurrent_trials": Param(0, type="integer", minimum=0,
                                    description="At most this many search trials at once; 0: as many as the Ray "
                                                "cluster's CPUs (GPUs with use_gpu) allow.",
@@ -87,7 +90,8 @@ def bert_finetune():
 
     @bert_task
     def summary(results: list[dict], specs: list[dict]) -> dict:
-        return ops.summarize(list(results), f"{specs[0]['registry']}/summary.json")
+        return ops.summarize(list(results), f"{specs[0]['registry']}/summary.json",
+                             [registry.model_name(spec["task"]) for spec in specs])
 
     specs = plan()
     reports = register_and_promote.expand(evaluated=evaluate.expand(finetuned=finetune.expand(spec=specs)))

@@ -53,6 +53,7 @@ def _isolated_caches(tmp_path_factory, monkeypatch):
 # The few long files go first, longest first, so that neither worker is left with a long file at the end
 # while the other idles (seconds on this 2-core machine, alone; the rest take a few seconds each).
 LONG_FIRST = (
+    "tests/test_production_stack.py",  # the production profile, a multi-node Ray cluster, the three DAGs via REST
     "tests/test_stack_ui.py",  # ~340 s: `stack up`, bert_demo from the UI, both DAGs' forms, the REST runs
     "tests/bert_core/launch/test_ray_multinode.py",  # ~205 s: a head and two worker nodes: drained, killed, back
     "tests/test_demo.py",  # ~80 s

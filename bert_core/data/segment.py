@@ -355,9 +355,9 @@ def segment(inputs: list[str], output: str, config: SegmentConfig | None = None,
     uris = resolve_inputs(inputs)
     local = [(uri, storage.local_file(uri)) for uri in uris]
     hashes = {uri: manifest.sha256_file(path) for uri, path in local}
-    if not storage.is_s3(output) and manifest.is_up_to_date(storage.local_path(output), STEP, config, hashes):
+    if manifest.is_up_to_date(output, STEP, config, hashes):
         log.info("%s already holds the segmentation of these inputs with this config: nothing to do", output)
-        return manifest.read(storage.local_path(output))
+        return manifest.read(output)
     split, splitter_info = make_splitter(config, local)
     names = output_names(uris)
     files = []

@@ -93,9 +93,18 @@ def read(out_dir: str | os.PathLike) -> dict[str, Any]:
 
 
 def verify_outputs(out_dir: str | os.PathLike, manifest: dict[str, Any] | None = None) -> list[str]:
-    """Problems with the outputs a manifest lists (missing or changed files); empty when intact."""
-    out = Path(out_dir)
-    manifest = manifest if manifest is not None else read(out)
+    """Problems with the outputs a manifest lists (missing or changed files); empty when intact.
+
+    Under an s3:// prefix every listed output must be there (one listing of the prefix); their hashes are not
+    read back, which would download the whole output: the manifest is uploaded last, after every output it
+    lists (storage.atomic_output_dir), and objects are written whole."""
+    from bert_core.io import storage
+
+    manifest = manifest if manifest is not None else read(out_dir)
+    if storage.is_s3(str(out_dir)):
+        present = set(storage.list_files(str(out_dir)))
+        return [f"{entry['path']}: missing" for entry in manifest["outputs"] if entry["path"] not in present]
+    out = storage.local_path(out_dir)
     problems = []
     for entry in manifest["outputs"]:
         path = out / entry["path"]

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,12 +96,21 @@ def list_files(uri: str) -> list[str]:
     return sorted(_s3_objects(uri))
 
 
+def _temp_name(path: Path, kind: str) -> Path:
+    """A name beside `path` that no other writer uses: processes (Ray workers on one node share its cache) and
+    threads may write the same file at once, and each renames its own copy into place."""
+    return path.with_name(f".{path.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
 def download_file(uri: str, dest: Path) -> None:
     bucket, key = split_s3(uri)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".part")
-    s3_client().download_file(bucket, key, str(tmp))
-    os.replace(tmp, dest)
+    tmp = _temp_name(dest, "part")
+    try:
+        s3_client().download_file(bucket, key, str(tmp))
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def upload_file(src: Path, uri: str) -> None:
@@ -128,7 +138,7 @@ def write_text(uri: str, text: str) -> None:
         return
     path = local_path(uri)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = _temp_name(path, "tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
@@ -191,7 +201,8 @@ def local_dir(uri: str) -> Path:
     """A local directory holding the files of `uri`: the path itself, or a cached copy of an s3 prefix.
 
     The cache key is the URI; a cached file is fetched again when its object's ETag changed, and
-    every file is downloaded under a temporary name so a killed download never looks complete.
+    every file is downloaded under a temporary name of its own so a killed download never looks complete and
+    several processes (the Ray workers of one node) may fill the same cache at once.
     """
     if not is_s3(uri):
         return local_path(uri)
@@ -201,14 +212,17 @@ def local_dir(uri: str) -> Path:
     target = cache_root() / _CACHES[0] / hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
     _mark_source(target, uri)
     etag_file = target / ".etags.json"
-    cached = json.loads(etag_file.read_text()) if etag_file.exists() else {}
+    try:
+        cached = json.loads(etag_file.read_text()) if etag_file.exists() else {}
+    except ValueError:  # not expected (it is replaced whole); a lost record only costs a download
+        cached = {}
     for name, etag in sorted(objects.items()):
         dest = target / name
         if not dest.exists() or cached.get(name) != etag:
             log.info("downloading %s/%s", uri.rstrip("/"), name)
             download_file(join(uri, name), dest)
             cached[name] = etag
-            etag_file.write_text(json.dumps(cached))
+            write_text(str(etag_file), json.dumps(cached))
     return target
 
 

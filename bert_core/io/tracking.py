@@ -179,7 +179,16 @@ class MlflowTracker(Tracker):
         log.info("MLflow run %s in experiment %r at %s", self.run_id, experiment, self.tracking_uri)
 
     def log_params(self, params: dict[str, Any]) -> None:
-        self._mlflow.log_params(flatten_params(params))
+        """Log params; one the run already has with another value keeps its first value. MLflow refuses to change
+        a param, and a Ray Train worker group restarted without a checkpoint (a node lost before the first one)
+        logs its params again into the driver's run, with its own world size."""
+        flat = flatten_params(params)
+        logged = self._mlflow.MlflowClient(self.tracking_uri).get_run(self.run_id).data.params
+        kept = {k: (logged[k], v) for k, v in flat.items() if k in logged and logged[k] != v}
+        if kept:
+            log.info("MLflow run %s keeps the first value of %s", self.run_id,
+                     ", ".join(f"{k}={old} (now {new})" for k, (old, new) in kept.items()))
+        self._mlflow.log_params({k: v for k, v in flat.items() if k not in kept})
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         self._mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step)

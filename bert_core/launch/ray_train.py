@@ -63,7 +63,16 @@ def run_name(spec: StepSpec, config: Any) -> str:
 
 
 def storage_path(config: Any) -> str:
-    return config.storage or str(pipeline_home() / "ray_results")
+    """--storage; else, for an s3:// --output, `ray_results` beside it: every node sees it, and so does a retry
+    of the run on another machine (an Airflow task retried on another worker resumes from its checkpoints);
+    else $BERT_PIPELINE_HOME/ray_results."""
+    if config.storage:
+        return config.storage
+    if storage.is_s3(config.output):
+        bucket, key = storage.split_s3(config.output.rstrip("/"))
+        parent = key.rsplit("/", 1)[0] if "/" in key else ""
+        return storage.join(f"s3://{bucket}", *([parent] if parent else []), "ray_results")
+    return str(pipeline_home() / "ray_results")
 
 
 def _absolute(value: str | None, only_existing: bool = False) -> str | None:

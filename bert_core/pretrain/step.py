@@ -235,9 +235,9 @@ def preflight(run: RunPlan) -> tuple[dict[str, str], dict[str, Any] | None]:
         # The starting weights are an input like the data: other weights under the same path, another result.
         inputs[storage.join(config.pretrained, run.pretrained_weights.name)] = manifest.sha256_file(
             run.pretrained_weights)
-    if run.output_local is not None and manifest.is_up_to_date(run.output_local, STEP, config.result_config(),
-                                                               inputs):
-        return inputs, manifest.read(run.output_local)
+    target = run.output_local if run.output_local is not None else run.output
+    if manifest.is_up_to_date(target, STEP, config.result_config(), inputs):
+        return inputs, manifest.read(target)
     if _output_taken(run) and not config.overwrite:
         raise BertPipelineError(f"{run.output} already exists and is not this run's result; pass "
                                 "--overwrite to replace it")

@@ -89,7 +89,8 @@ class RayTrainConfig:
     storage: str | None = option(None, "Ray Train storage for the run's state (pretraining: its checkpoints), "
                                  "shared by all nodes: local/NFS path or s3://", group=RAY,
                                  section=Form.STORAGE, metavar="URI",
-                                 default_help="$BERT_PIPELINE_HOME/ray_results")
+                                 default_help="ray_results beside an s3:// --output, else "
+                                              "$BERT_PIPELINE_HOME/ray_results")
 
     placement_timeout: float = option(
         300.0, "seconds Ray Train may wait for its workers (with --num-workers MIN:MAX: for MIN of them) to be "

@@ -11,7 +11,7 @@ import torch
 from bert_core.errors import BertPipelineError, CheckpointMismatchError
 from bert_core.io import manifest
 from bert_core.model.modeling import BertForPreTraining
-from bert_core.pretrain.step import PretrainConfig, pretrain
+from bert_core.pretrain.step import PretrainConfig, check_inputs, pretrain
 from bert_core.pretrain.stream import PretrainStream, ShardSet, StreamConfig
 from bert_core.train.loop import NonFiniteLossError
 from tests.fault_injection import FailAtStep
@@ -342,7 +342,7 @@ def s3(monkeypatch):
     server.stop()
 
 
-def test_s3_shards_checkpoints_and_output(cfg, data, s3, tmp_path):
+def test_s3_shards_checkpoints_and_output(cfg, data, s3, tmp_path, monkeypatch):
     for path in sorted(data.iterdir()):
         s3.upload_file(path, f"s3://bert/shards/{path.name}")
     common = dict(data="s3://bert/shards/part-*.npz", output="s3://bert/models/tiny", ckpt_dir="s3://bert/ckpt",
@@ -359,6 +359,17 @@ def test_s3_shards_checkpoints_and_output(cfg, data, s3, tmp_path):
     assert resumed.losses() == straight.losses()[2:]
     assert {"config.json", "model.safetensors", "manifest.json"} <= set(s3.list_files("s3://bert/models/tiny"))
     assert BertForPreTraining.from_pretrained("s3://bert/models/tiny").config.hidden_size == 32
+    # The same run again (a retried Airflow task): the output on S3 is this result, so nothing runs; other weights
+    # named by the manifest missing there: another result, refused.
+    assert check_inputs(cfg(**common, resume="latest"))[1] == manifest.read("s3://bert/models/tiny")
+    # ... also on another machine (another local cache of the shards): the inputs are named by their URIs.
+    monkeypatch.setenv("BERT_PIPELINE_CACHE", str(tmp_path / "another-machine-cache"))
+    assert check_inputs(cfg(**common, resume="latest"))[1] == manifest.read("s3://bert/models/tiny")
+    assert all(i["uri"].startswith("s3://bert/shards/") for i in manifest.read("s3://bert/models/tiny")["inputs"])
+    bucket, key = s3.split_s3("s3://bert/models/tiny/model.safetensors")
+    s3.s3_client().delete_object(Bucket=bucket, Key=key)
+    with pytest.raises(BertPipelineError, match="already exists and is not this run's result"):
+        check_inputs(cfg(**common, resume="latest"))
 
 
 def test_output_carries_the_vocab_the_shards_were_made_with(cfg, tmp_path):
