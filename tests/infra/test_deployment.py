@@ -77,7 +77,8 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "AIRFLOW__CORE__LOAD_EXAMPLES": ("local",),
     "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": ("local",),
     "RAY_AUTH_MODE": ("local",),
-    "COLUMNS": ("local",),  # the terminal's width, for the live run view of `demo` / `run`
+    "COLUMNS": ("local",),
+    "BERT_PIPELINE_WORKER_HOSTNAME": ("local",),  # each Celery worker's host name in the production profile  # the terminal's width, for the live run view of `demo` / `run`
     # Set by the project for its own processes: MLflow's download bars off while a report is built; Ray Train's
     # preemption watcher off on a single-machine instance (there is no node to be preempted).
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": ("runtime",),
