@@ -169,7 +169,7 @@ def test_ner_micro_batches_are_weighted_by_labelled_tokens(tiny_bert, tmp_path):
     same update: NER's loss averages over labelled word pieces, which differ between the halves."""
     data = toy_tasks.write_ner(tmp_path / "ner", n_train=16, n_dev=6)
     base = dict(task="ner", data_dir=str(data), model=str(tiny_bert), epochs=1, lr=1e-3, max_seq_length=24,
-                tracking=False)
+                tracking=False, dtype="float32")  # two runs compared number by number: float32, on any CPU
     whole = finetune(FinetuneConfig(**base, output=str(tmp_path / "whole"), batch_size=8))
     split = finetune(FinetuneConfig(**base, output=str(tmp_path / "split"), batch_size=4, accumulate=2))
     losses = [json.loads((tmp_path / name / "metrics.json").read_text())["epochs"][0]["train_loss"]
