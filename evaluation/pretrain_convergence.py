@@ -343,12 +343,13 @@ def measure_size(run: ConvergenceRun, corpus: str, vocab: str, work: Path, *, ou
             sweep.append(train_one("ours", run.seeds[0], lr=entry["ours"][0]["lr"] * factor))
             saved("ours_lr_sweep", sweep)
         if peer:
+            peer_seeds = run.peer_seeds or run.seeds
             grid = []
             for lr in run.peer_lrs:
-                grid.append(train_one("transformers", run.seeds[0], lr=lr))
+                grid.append(train_one("transformers", peer_seeds[0], lr=lr))
                 saved("peer", grid)
             best = max(grid, key=lambda r: r["final"]["mlm_accuracy"])
-            saved("peer_seeds", [train_one("transformers", seed, lr=best["lr"]) for seed in run.seeds[1:]])
+            saved("peer_seeds", [train_one("transformers", seed, lr=best["lr"]) for seed in peer_seeds[1:]])
             target = statistics.fmean(r["final"]["mlm_accuracy"] for r in [best, *entry["peer_seeds"]])
             longer = []
             for factor in ours_step_factors:  # only for the seeds that need it
@@ -442,6 +443,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="learning-rate grid of the transformers peer (its best is compared)")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(defaults.seeds),
                         help="seeds of ours' runs and of the peer's runs at its best lr (the grid runs at the first)")
+    parser.add_argument("--peer-seeds", type=int, nargs="*", default=list(defaults.peer_seeds),
+                        help="seeds of the peer (its lr grid at the first, its best lr at each; default: --seeds)")
     parser.add_argument("--dtype", default=defaults.dtype, choices=["auto", "float32", "bfloat16", "float16"],
                         help="both systems' precision (auto: bfloat16 autocast where the device computes it natively)")
     parser.add_argument("--our-dtypes", nargs="*", default=[], choices=["float32", "bfloat16", "float16"],
@@ -489,6 +492,7 @@ def main(argv: list[str] | None = None) -> dict:
                              max_predictions=args.max_predictions, dupe_factor=args.dupe_factor,
                              holdout_fraction=args.holdout_fraction, eval_every=args.eval_every,
                              eval_batches=args.eval_batches, peer_lrs=tuple(args.peer_lrs), seeds=tuple(args.seeds),
+                             peer_seeds=tuple(args.peer_seeds),
                              dtype=args.dtype, threads=args.threads)
         old = earlier.get(model, {})
 

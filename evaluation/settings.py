@@ -59,8 +59,8 @@ class ConvergenceRun:
 
     The corpus is segmented and sharded at `max_seq_length` with `max_predictions` masked positions, `dupe_factor`
     masking passes, `holdout_fraction` of the documents held out; every `eval_every` steps both are scored on
-    `eval_batches` held-out batches. `seeds`: ours runs once per seed, and so does the peer at its best lr (the lr
-    grid runs at the first seed)."""
+    `eval_batches` held-out batches. `seeds`: ours runs once per seed; `peer_seeds` (empty: the same): the peer's
+    lr grid runs at the first, its best lr at every one."""
 
     config: str = "bert_2_128_2"
     steps: int = 800
@@ -73,6 +73,7 @@ class ConvergenceRun:
     eval_batches: int = 20
     peer_lrs: tuple[float, ...] = (1e-3, 2e-3, 4e-3)
     seeds: tuple[int, ...] = (0,)
+    peer_seeds: tuple[int, ...] = ()
     dtype: str = "auto"
     threads: int = 1
 
