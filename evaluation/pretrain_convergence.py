@@ -304,11 +304,12 @@ def compare(ours: list[dict], peers: list[dict], peer_seeds: list[dict], longer:
 
 def measure_size(run: ConvergenceRun, corpus: str, vocab: str, work: Path, *, our_dtypes: tuple[str, ...] = (),
                  our_lr_factors: tuple[float, ...] = (), ours_step_factors: tuple[float, ...] = (),
-                 peer: bool = True, reused=None, save=None, log=print) -> dict:
+                 ours: bool = True, peer: bool = True, reused=None, save=None, log=print) -> dict:
     """Every run of one model size: ours (per seed; also in each of `our_dtypes`, at each lr factor, and at longer
-    budgets where needed), the peer (its lr grid, then its best lr per seed), and the comparison. `reused(system,
-    lr, steps, seed, dtype)` may return a finished run instead of training it; `save(entry)` is called after
-    every run, so a long benchmark keeps what it measured."""
+    budgets where needed), the peer (its lr grid, then its best lr per seed), and, with both, the comparison.
+    `reused(system, lr, steps, seed, dtype)` may return a finished run instead of training it; `save(entry)` is
+    called after every run, so a long benchmark keeps what it measured (and parts of one can run as separate
+    processes, `ours` or `peer` off, their results merged by --reuse)."""
     work.mkdir(parents=True, exist_ok=True)
     train, heldout = prepare_data(corpus, vocab, work, run)
     threads_before = torch.get_num_threads()
@@ -329,43 +330,46 @@ def measure_size(run: ConvergenceRun, corpus: str, vocab: str, work: Path, *, ou
             f"{done['train_seconds']:.0f} s ({done['train_cpu_seconds']:.0f} CPU s) training")
         return done
 
-    def saved(key: str, value) -> None:
-        entry[key] = value
+    def add(key: str, value: dict) -> dict:
+        entry.setdefault(key, []).append(value)
         if save:
             save(entry)
+        return value
 
     try:
-        saved("ours", [train_one("ours", seed) for seed in run.seeds])
-        for dtype in our_dtypes:
-            saved(f"ours_{dtype}", [train_one("ours", seed, dtype=dtype) for seed in run.seeds])
-        sweep = []
-        for factor in our_lr_factors:
-            sweep.append(train_one("ours", run.seeds[0], lr=entry["ours"][0]["lr"] * factor))
-            saved("ours_lr_sweep", sweep)
+        for seed in run.seeds if ours else ():
+            add("ours", train_one("ours", seed))
+        for dtype in our_dtypes if ours else ():
+            for seed in run.seeds:
+                add(f"ours_{dtype}", train_one("ours", seed, dtype=dtype))
+        for factor in our_lr_factors if ours else ():
+            add("ours_lr_sweep", train_one("ours", run.seeds[0], lr=entry["ours"][0]["lr"] * factor))
         if peer:
             peer_seeds = run.peer_seeds or run.seeds
-            grid = []
             for lr in run.peer_lrs:
-                grid.append(train_one("transformers", peer_seeds[0], lr=lr))
-                saved("peer", grid)
+                add("peer", train_one("transformers", peer_seeds[0], lr=lr))
+            grid = entry["peer"]
             best = max(grid, key=lambda r: r["final"]["mlm_accuracy"])
-            saved("peer_seeds", [train_one("transformers", seed, lr=best["lr"]) for seed in peer_seeds[1:]])
+            entry["peer_seeds"] = []
+            for seed in peer_seeds[1:]:
+                add("peer_seeds", train_one("transformers", seed, lr=best["lr"]))
+        if ours and peer:
             target = statistics.fmean(r["final"]["mlm_accuracy"] for r in [best, *entry["peer_seeds"]])
-            longer = []
+            entry["ours_longer"] = []
             for factor in ours_step_factors:  # only for the seeds that need it
                 for seed_run in entry["ours"]:
                     if time_to_reach(seed_run["curve"], target) is None and not any(
-                            r["seed"] == seed_run["seed"] and time_to_reach(r["curve"], target) for r in longer):
-                        longer.append(train_one("ours", seed_run["seed"], steps_=round(steps * factor)))
-                        saved("ours_longer", longer)
-            entry.setdefault("ours_longer", longer)
-            entry["comparison"] = compare(entry["ours"], grid, entry["peer_seeds"], longer)
-        equal = {name: at_equal_steps(entry[name]) for name in ("ours", *(f"ours_{d}" for d in our_dtypes))}
+                            r["seed"] == seed_run["seed"] and time_to_reach(r["curve"], target)
+                            for r in entry["ours_longer"]):
+                        add("ours_longer", train_one("ours", seed_run["seed"], steps_=round(steps * factor)))
+            entry["comparison"] = compare(entry["ours"], grid, entry["peer_seeds"], entry["ours_longer"])
+        equal = {name: at_equal_steps(entry[name]) for name in ("ours", *(f"ours_{d}" for d in our_dtypes))
+                 if entry.get(name)}
         if peer:
-            best_lr = entry["comparison"]["peer_best_lr"]
-            equal["peer_best"] = at_equal_steps([r for r in [*entry["peer"], *entry["peer_seeds"]] if r["lr"] == best_lr])
+            equal["peer_best"] = at_equal_steps([r for r in [*grid, *entry["peer_seeds"]] if r["lr"] == best["lr"]])
         entry["equal_steps"] = equal
-        saved("equal_steps", entry["equal_steps"])
+        if save:
+            save(entry)
     finally:
         torch.set_num_threads(threads_before)
     return entry
@@ -459,9 +463,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--ours-step-factors", type=float, nargs="*", default=[],
                         help="for a seed whose equal-steps run does not reach the peer's final accuracy, also train "
                              "ours on its defaults for this many times --steps (its schedule over the longer run)")
-    parser.add_argument("--reuse", metavar="JSON",
-                        help="take the runs an earlier result file already holds (same model, system, lr, steps, "
-                             "seed and precision setting) from it instead of training them again")
+    parser.add_argument("--reuse", metavar="JSON", nargs="+", default=[],
+                        help="take the runs earlier result files already hold (same model, system, lr, steps, seed "
+                             "and precision setting) from them instead of training them again: a benchmark split "
+                             "into parts run side by side (--no-ours, --peer-configs, --seeds) is merged this way")
+    parser.add_argument("--no-ours", dest="ours", action="store_false",
+                        help="train only the peer (a part of a benchmark run side by side; see --reuse)")
     parser.add_argument("--out-json", default="bench-results/pretrain_convergence.json")
     parser.add_argument("--plot", default=None, help="PNG of accuracy against time (default: next to --out-json)")
     args = parser.parse_args(argv)
@@ -480,7 +487,11 @@ def main(argv: list[str] | None = None) -> dict:
                      "models": {}}
     out_json = Path(args.out_json)
     out_json.parent.mkdir(parents=True, exist_ok=True)
-    earlier = json.loads(Path(args.reuse).read_text())["models"] if args.reuse else {}
+    earlier: dict[str, list[dict]] = {}  # model -> the runs of the --reuse files
+    for path in args.reuse:
+        for model, old in json.loads(Path(path).read_text())["models"].items():
+            earlier.setdefault(model, []).extend(r for value in old.values() if isinstance(value, list)
+                                                 for r in value if isinstance(r, dict) and "curve" in r)
 
     def write(model: str, entry: dict) -> None:
         tmp = out_json.with_name(f".{out_json.name}.tmp")
@@ -494,10 +505,9 @@ def main(argv: list[str] | None = None) -> dict:
                              eval_batches=args.eval_batches, peer_lrs=tuple(args.peer_lrs), seeds=tuple(args.seeds),
                              peer_seeds=tuple(args.peer_seeds),
                              dtype=args.dtype, threads=args.threads)
-        old = earlier.get(model, {})
+        runs = earlier.get(model, [])
 
-        def reused(system: str, lr: float | None, steps_: int, seed: int, dtype: str, old=old) -> dict | None:
-            runs = [r for value in old.values() if isinstance(value, list) for r in value if isinstance(r, dict)]
+        def reused(system: str, lr: float | None, steps_: int, seed: int, dtype: str, runs=runs) -> dict | None:
             for r in runs:
                 if (r.get("system") == system and r["curve"][-1]["step"] == steps_ and r.get("seed") == seed
                         and r.get("dtype") == dtype and ((lr is None and r.get("lr_given") is None and system == "ours")
@@ -507,7 +517,8 @@ def main(argv: list[str] | None = None) -> dict:
 
         entry = measure_size(run, args.corpus, args.vocab, work, our_dtypes=tuple(args.our_dtypes),
                              our_lr_factors=tuple(args.our_lr_factors) if model in sweep_configs else (),
-                             ours_step_factors=tuple(args.ours_step_factors), peer=model in peer_configs,
+                             ours_step_factors=tuple(args.ours_step_factors), ours=args.ours,
+                             peer=model in peer_configs,
                              reused=reused, save=lambda e, m=model: write(m, e))
         if "comparison" in entry:
             print(f"{model}: {json.dumps(entry['comparison'])}", flush=True)

@@ -137,6 +137,10 @@ class BertSelfAttention(nn.Module):
             return layout.pad(projection(x)).view(layout.batch, layout.seq, self.num_heads,
                                                   self.head_dim).transpose(1, 2)
 
+        if torch.is_autocast_enabled(x.device.type) and x.dtype == torch.float32:
+            # Autocast would cast the (float32 residual) input once per projection; once is enough.
+            x = x.to(torch.get_autocast_dtype(x.device.type))
+
         q, k, v = heads(self.query), heads(self.key), heads(self.value)
         dropout_p = self.dropout_p if self.training else 0.0
         if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):

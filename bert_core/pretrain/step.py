@@ -101,18 +101,24 @@ MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask", "masked_lm_posi
 LOSS_CHUNK_ELEMENTS = 1 << 21
 
 
-def masked_lm_losses(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of every row of [N, V] `logits` (any precision) against `ids`, in float32.
+def masked_lm_losses(logits: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cross-entropy of every row of [N, V] `logits` (any precision) against `ids`, in float32; each row's
+    predicted id: the first maximum, as argmax).
 
-    A few rows at a time: each chunk's float32 copy and log-softmax stay a few MB. One [N, V] float32 tensor
-    (39 MB for 320 predictions over BERT's 30,522 words) is above glibc's largest mmap threshold (32 MB), so it
-    would be a fresh mapping, page-faulted in, on every step: on a 2-core VM that cost more than the decoder's
-    matmul (docs/benchmarks-pretrain.md)."""
+    A few rows at a time: each chunk's float32 copy and log-softmax stay a few MB, and the prediction is read from
+    the copy while it is in cache. One [N, V] float32 tensor (39 MB for 320 predictions over BERT's 30,522 words)
+    is above glibc's largest mmap threshold (32 MB), so it would be a fresh mapping, page-faulted in, on every
+    step: on a 2-core VM that cost more than the decoder's matmul (docs/benchmarks-pretrain.md)."""
     rows = max(1, LOSS_CHUNK_ELEMENTS // logits.shape[-1])
-    if logits.shape[0] <= rows:
-        return F.cross_entropy(logits.float(), ids, reduction="none")
-    return torch.cat([F.cross_entropy(chunk.float(), chunk_ids, reduction="none")
-                      for chunk, chunk_ids in zip(logits.split(rows), ids.split(rows))])
+    losses, predicted = [], []
+    for chunk, chunk_ids in zip(logits.split(rows), ids.split(rows)):
+        chunk = chunk.float()
+        losses.append(F.cross_entropy(chunk, chunk_ids, reduction="none"))
+        with torch.no_grad():  # max's indices are argmax's, at a third of argmax's time on CPU
+            predicted.append(chunk.max(-1).indices)
+    if len(losses) == 1:
+        return losses[0], predicted[0]
+    return torch.cat(losses), torch.cat(predicted)
 
 
 def forward_sums(model: torch.nn.Module, batch: dict[str, torch.Tensor],
@@ -125,14 +131,14 @@ def forward_sums(model: torch.nn.Module, batch: dict[str, torch.Tensor],
     # [B * P, V] in the compute precision: the decoder ran only at the masked positions.
     logits = out.prediction_logits.reshape(-1, out.prediction_logits.shape[-1])
     ids, weights = batch["masked_lm_ids"].reshape(-1), batch["masked_lm_weights"].reshape(-1)
-    mlm = (masked_lm_losses(logits, ids) * weights).sum()
+    per_token, predicted = masked_lm_losses(logits, ids)
+    mlm = (per_token * weights).sum()
     nsp_logits = out.seq_relationship_logits.float()
     labels = batch["next_sentence_labels"]
     nsp = F.cross_entropy(nsp_logits, labels, reduction="sum")
     with torch.no_grad():
         stats = torch.stack([
-            # max's indices: argmax's (the first maximum), at a third of argmax's time on CPU
-            mlm.detach(), weights.sum(), ((logits.max(-1).indices == ids).float() * weights).sum(),
+            mlm.detach(), weights.sum(), ((predicted == ids).float() * weights).sum(),
             nsp.detach(), torch.tensor(float(len(labels)), device=nsp.device),
             (nsp_logits.argmax(-1) == labels).float().sum(),
             batch["attention_mask"].sum().float(),
