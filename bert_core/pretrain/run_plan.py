@@ -3,15 +3,16 @@
 `plan_run(config)` checks the flags, finds the shards (an s3:// spec is fetched into the local cache), reads
 their manifests, resolves the starting weights and the architecture, says where the output and the
 checkpoints go, and, given the device the run computes on, resolves its precision (`--dtype auto`: the
-device's, agreed by all workers; bert_core.train.precision). The step's helpers take the `RunPlan` instead of re-resolving the same URIs from the config.
-It is made once per process that runs the step: the launcher's check on the driver, and each worker (a
-worker on another node needs its own local copies of s3 inputs).
+device's, agreed by all workers; bert_core.train.precision). The step's helpers take the `RunPlan` instead of
+re-resolving the same URIs from the config. It is made once per process that runs the step: the launcher's
+check on the driver, and each worker (a worker on another node needs its own local copies of s3 inputs).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bert_core.errors import BertPipelineError
 from bert_core.io import storage
@@ -22,6 +23,9 @@ from bert_core.pretrain.config import PretrainConfig
 from bert_core.pretrain.stream import ShardSet, check_vocab
 from bert_core.train import dist
 from bert_core.train.precision import PrecisionChoice, agreed, resolve_precision
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ def model_config_from(spec: str) -> BertConfig:
     return zoo.architecture_config(spec)
 
 
-def plan_run(config: PretrainConfig, device=None) -> RunPlan:
+def plan_run(config: PretrainConfig, device: torch.device | str | None = None) -> RunPlan:
     """The run's plan; with the `device` its steps run on (every worker gives its own), also its precision.
     All workers must call it with a device together: they agree on one precision."""
     config.validate()

@@ -216,6 +216,13 @@ def test_mlflow_run_holds_params_epoch_metrics_and_prediction_files(tiny_bert, t
     assert run.info.run_id == glue_result["mlflow_run_id"] and run.info.status == "FINISHED"
     assert run.data.params["lr"] == "0.001" and run.data.params["epochs"] == "2"
     assert run.data.params["world_size"] == "1"
+    # The default precision, resolved for this machine, and why: in the params and the manifest.
+    from bert_core.train.precision import resolve_precision
+
+    auto = resolve_precision("auto", "cpu")
+    assert (run.data.params["dtype"], run.data.params["precision"]) == ("auto", auto.dtype)
+    assert run.data.params["precision_reason"] == auto.reason
+    assert glue_result["precision"] == {"dtype": auto.dtype, "requested": "auto", "reason": auto.reason}
     assert run.data.tags["data_sha256"] == sha256_file(sst2 / "train.tsv") and "git_sha" in run.data.tags
     epochs = json.loads((out / "metrics.json").read_text())["epochs"]
     for key in ("train_loss", "accuracy"):
