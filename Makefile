@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml infra/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c infra/constraints.txt -e '.[test,tf]'
+	$(BIN)/python -m pip install --quiet -c infra/constraints.txt -e '.[test,tf,production]'
 	touch $(STAMP)
 
 # Two xdist workers, one test file at a time, long files first (the order is in tests/conftest.py).

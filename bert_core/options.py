@@ -16,11 +16,23 @@ from typing import Any
 _UNSET: Any = dataclasses.MISSING
 
 
+class Form:
+    """The sections of the DAGs' trigger forms: a field's `section` says where the Param generated from it goes
+    (operators/params.py gives each section its title and sentence, and orders the forms by them)."""
+
+    DATA = "data"
+    MODEL = "model"
+    OPTIMIZATION = "optimization"
+    SQUAD = "SQuAD"
+    SCALE = "precision and scale"
+    STORAGE = "storage and tracking"
+
+
 def option(default: Any = _UNSET, help: str = "", *, default_factory: Any = _UNSET, group: str | None = None,
            flag: str | None = None, aliases: Sequence[str] = (), deprecated: Sequence[str] = (),
            choices: Sequence[Any] | None = None, metavar: str | None = None, default_help: str | None = None,
            negate: str | None = None, exclusive: str | None = None, positional: bool = False, const: Any = None,
-           cli: bool = True) -> Any:
+           cli: bool = True, section: str | None = None) -> Any:
     """A dataclass field with its flag's description.
 
     help: the flag's help (the default is appended, or `default_help` when the default is computed);
@@ -29,12 +41,13 @@ def option(default: Any = _UNSET, help: str = "", *, default_factory: Any = _UNS
     after it shipped); negate: for a True-by-default bool, the flag that turns it off (e.g. --no-tracking);
     exclusive: fields sharing this name are mutually exclusive (required when none has a default);
     positional: an argument, not a flag; const: the value of the flag given without one (an optional value);
-    cli=False: not a flag at all (set by code).
+    cli=False: not a flag at all (set by code); section: the trigger-form section (a `Form` value) of the DAG
+    Param generated from the field (operators/params.py).
     """
     metadata = {"help": help, "group": group, "flag": flag, "aliases": tuple(aliases),
                 "deprecated": tuple(deprecated), "choices": choices, "metavar": metavar,
                 "default_help": default_help, "negate": negate, "exclusive": exclusive, "positional": positional,
-                "const": const, "cli": cli}
+                "const": const, "cli": cli, "section": section}
     if default_factory is not _UNSET:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

@@ -34,6 +34,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "convert a Google TensorFlow BERT checkpoint to a model directory (config.json + model.safetensors)",
     ),
     "demo": ("bert_pipeline.commands.demo", "run the bert_demo DAG (raw text to a promoted model) on bundled tiny data"),
+    "run": (
+        "bert_pipeline.commands.run",
+        "run one of the DAGs (bert_pretraining, bert_finetune, ...) once, in this process, with a live task view",
+    ),
+    "report": ("bert_pipeline.commands.report", "build a DAG run's report.html: curves, registry decisions, timeline"),
     "stack": (
         "bert_pipeline.commands.stack",
         "start, stop or check the local MLflow server, Ray head and Airflow (up | down | status)",

@@ -38,11 +38,14 @@ def _flush() -> None:
 
 
 def exit_process(status: int) -> None:
-    """Shut down as Python would (threads, atexit handlers), then leave with `status`, skipping teardown."""
+    """Shut down as Python would (threading's exit hooks and threads, atexit handlers), then leave with `status`,
+    skipping teardown."""
     _flush()
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    # What the interpreter's own shutdown runs first (threading._shutdown): the hooks registered with
+    # threading._register_atexit, then every non-daemon thread joined. concurrent.futures stops an executor's
+    # idle workers in such a hook: joining them without it waits forever (MLflow keeps a module-level executor
+    # for artifact transfers).
+    threading._shutdown()
     try:
         atexit._run_exitfuncs()  # the handlers the interpreter would run next, in the same order
     finally:

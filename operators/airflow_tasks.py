@@ -5,6 +5,12 @@
   no-op, and outputs are committed atomically), so a retry is always safe.
 - A BertPipelineError is a verdict, not an accident (bad input, a failed validation gate, a regression): the
   task fails at once, without retries (AirflowFailException), with the error's one-line message.
+- Tasks hand each other URIs, never local paths (operators.handoff): under a distributed executor (Celery,
+  Kubernetes: Airflow's configured [core] executor) a run without a shared work dir fails in its first task;
+  when the work dir is remote, a task whose return value (XCom) or an output manifest it names holds a local
+  path fails, naming the task, the key and the path.
+- Each try is recorded in the run's directory (operators.run_records: state, start, end, error), for the run
+  report's timeline.
 - S3 credentials may come from an Airflow connection (`aws_default`, or the id in
   BERT_PIPELINE_AWS_CONN_ID; login = access key id, password = secret key, extras `endpoint_url` and
   `region_name`) when the environment has none. They are handed to boto3 through this task process's
@@ -27,6 +33,8 @@ from typing import Any
 from airflow.sdk import task as airflow_task
 
 from bert_core.errors import BertPipelineError
+from operators import handoff
+from operators.run_records import recorded
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +45,7 @@ RETRY_POLICY: dict[str, Any] = {
     "max_retry_delay": dt.timedelta(minutes=10),
 }
 CONN_ID_ENV = "BERT_PIPELINE_AWS_CONN_ID"
+DEFAULT_CONN_ID = "aws_default"  # Airflow's own default id for AWS, which its S3 remote logging uses too
 
 
 @contextlib.contextmanager
@@ -49,7 +58,7 @@ def s3_credentials_from_connection() -> Iterator[None]:
     from airflow.sdk.exceptions import AirflowNotFoundException
     from airflow.sdk.log import mask_secret
 
-    conn_id = os.environ.get(CONN_ID_ENV, "aws_default")
+    conn_id = os.environ.get(CONN_ID_ENV, DEFAULT_CONN_ID)
     try:
         conn = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
@@ -76,6 +85,30 @@ def s3_credentials_from_connection() -> Iterator[None]:
                 os.environ[key] = value
 
 
+def executor_setting() -> str:
+    """Airflow's configured executor ([core] executor, e.g. CeleryExecutor), as this task process sees it."""
+    from airflow.sdk import conf
+
+    return conf.get("core", "executor", fallback="LocalExecutor") or "LocalExecutor"
+
+
+def running_task() -> tuple[str, str | None] | None:
+    """("dag.task[map index]", the run's work_dir Param) of the task instance running in this process; None when
+    the function is called outside a task run (a test calling it directly)."""
+    from airflow.sdk import get_current_context
+
+    try:
+        context = get_current_context()
+    except RuntimeError:
+        return None
+    ti = context.get("ti")
+    label = f"{getattr(ti, 'dag_id', '?')}.{getattr(ti, 'task_id', '?')}"
+    map_index = getattr(ti, "map_index", None)
+    if map_index is not None and map_index >= 0:
+        label += f"[{map_index}]"
+    return label, (context.get("params") or {}).get("work_dir")
+
+
 def bert_task(python_callable: Callable | None = None, **task_kwargs: Any):
     """Use like `@task` (also `@bert_task(multiple_outputs=True)`, `.override(...)`, `.partial().expand()`)."""
 
@@ -84,9 +117,15 @@ def bert_task(python_callable: Callable | None = None, **task_kwargs: Any):
         def run(*args: Any, **kwargs: Any) -> Any:
             from airflow.sdk.exceptions import AirflowFailException
 
-            with s3_credentials_from_connection():
+            running = running_task()
+            with s3_credentials_from_connection(), recorded():
                 try:
-                    return fn(*args, **kwargs)
+                    if running is not None:
+                        handoff.check_work_dir(running[1], executor_setting(), running[0])
+                    result = fn(*args, **kwargs)
+                    if running is not None:
+                        handoff.check_handoff(result, running[1], running[0])
+                    return result
                 except BertPipelineError as exc:
                     raise AirflowFailException(str(exc)) from exc
 

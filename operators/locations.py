@@ -6,6 +6,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+# Each DAG's runs go to $BERT_PIPELINE_HOME/<kind>/<run id> unless the conf names a work_dir.
+RUN_KINDS = {"bert_demo": "demo", "bert_pretraining": "pretraining", "bert_finetune": "finetune",
+             "bert_nightly_regression": "nightly"}
+
+
+def run_dir(dag_id: str, params: dict[str, Any], run_id: str | None) -> str:
+    """The work directory of a run of `dag_id` (one of RUN_KINDS; a KeyError for any other DAG)."""
+    return work_dir(params, run_id, RUN_KINDS[dag_id])
+
 
 def work_dir(params: dict[str, Any], run_id: str | None, kind: str) -> str:
     """params["work_dir"] (a directory or an s3:// prefix), or $BERT_PIPELINE_HOME/<kind>/<run id> (made

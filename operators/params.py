@@ -1,6 +1,11 @@
 """Airflow Params generated from a step's config fields (bert_core.options.option): the same default, type,
 choices and help the CLI shows, so a DAG's trigger form cannot drift from the library (no second copy of a
-default in a DAG file), and a run's conf is checked against the same config before any work starts."""
+default in a DAG file), and a run's conf is checked against the same config before any work starts.
+
+The trigger forms read like a recipe: every Param is in a section (Airflow's Param `section`), taken from its
+field's `section` (bert_core.options.Form), and `in_sections` orders a DAG's Params by SECTIONS. Airflow 3's
+form shows a section only as its title (a collapsible header, no description field), so the title carries the
+section's sentence."""
 
 from __future__ import annotations
 
@@ -10,11 +15,50 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bert_core.errors import BertPipelineError
-from bert_core.options import option_default, option_types
+from bert_core.options import Form, option_default, option_types
 
 log = logging.getLogger(__name__)
 
+# The nightly regression's own sections (its Params are not config fields).
+NIGHTLY_MODELS, TOLERANCES, THROUGHPUT = "models and data", "regression tolerances", "throughput benchmark"
+TIME_TO_ACCURACY = "time-to-accuracy benchmark"
+# Section -> the title its form shows (the section's name and a sentence), in the order the forms show them.
+SECTIONS: dict[str, str] = {
+    Form.DATA: "Data — what the run reads, and how the text becomes training examples",
+    NIGHTLY_MODELS: "Models and data — which registered models are scored again, on which pinned dev data",
+    Form.MODEL: "Model — the architecture to train, or the weights to start from",
+    Form.OPTIMIZATION: "Optimization — how long and how fast it learns: steps or epochs, batch, optimizer, "
+                       "learning rate",
+    Form.SQUAD: "SQuAD — how long contexts are read in windows and answers picked (SQuAD tasks only)",
+    TOLERANCES: "Regression tolerances — how far a figure may fall below its reference before the night fails",
+    THROUGHPUT: "Throughput benchmarks — our inference and pretraining-step speed against transformers', measured in "
+                "the same run",
+    TIME_TO_ACCURACY: "Time-to-accuracy benchmark — pretraining from scratch, ours on its defaults against "
+                      "transformers at its best learning rate, timed to the peer's final held-out accuracy",
+    Form.SCALE: "Precision and scale — number format, workers and GPUs, and what happens when a node fails",
+    Form.STORAGE: "Storage and tracking — where outputs and checkpoints go, how the run is checked",
+}
+
 _JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}
+
+
+def section(name: str) -> str:
+    """The form title of section `name` (a key of SECTIONS), for a Param's `section=`."""
+    if name not in SECTIONS:
+        raise BertPipelineError(f"no trigger-form section {name!r}; the sections are {', '.join(SECTIONS)}")
+    return SECTIONS[name]
+
+
+def in_sections(params: dict[str, Any]) -> dict[str, Any]:
+    """A DAG's Params ordered by section (SECTIONS' order; within one, as given): Airflow's form shows the
+    sections in the order of their first Param. A Param outside SECTIONS is an error naming it."""
+    order = list(SECTIONS.values())
+    for name, param in params.items():
+        title = param.schema.get("section")
+        if title not in order:
+            raise BertPipelineError(f"Param {name!r}: section {title!r} is not a trigger-form section "
+                                    f"(operators.params.SECTIONS)")
+    return dict(sorted(params.items(), key=lambda item: order.index(item[1].schema["section"])))
 
 
 def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, Any] | None = None,
@@ -34,6 +78,9 @@ def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, An
             raise BertPipelineError(f"{config_cls.__name__} has no field {name!r}")
         field = fields[name]
         meta = field.metadata
+        if meta.get("section") is None:
+            raise BertPipelineError(f"{config_cls.__name__}.{name} has no trigger-form section: give its "
+                                    "option(...) a section=Form.<...>")
         bases, nullable = option_types(field)
         kinds = list(dict.fromkeys(_JSON_TYPES.get(base, "string") for base in bases))
         library_default = option_default(field)
@@ -53,7 +100,8 @@ def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, An
         schema: dict[str, Any] = {"type": types if len(types) > 1 else types[0]}
         if meta.get("choices") is not None:
             schema["enum"] = list(meta["choices"]) + ([None] if nullable else [])
-        params[prefix + name] = Param(default, description=description[:1].upper() + description[1:], **schema)
+        params[prefix + name] = Param(default, description=description[:1].upper() + description[1:],
+                                      section=section(meta["section"]), **schema)
     return params
 
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from operators.locations import default_model_dir, demo_data, work_dir
+from operators.locations import default_model_dir, demo_data, run_dir
 from operators.plan_finetune import FinetuneTaskPlan, check_task
 from operators.plan_pretraining import check_phase
 
@@ -67,12 +66,13 @@ def plan(params: dict[str, Any], run_id: str | None, values: DemoValues, declare
     """The demo run's locations (empty params: the bundled data and the MiniLM model) and every step's
     settings, checked as the steps will build their configs; conf keys not among `declared` (the DAG's
     Params) are an error, the deprecated names (RENAMED) a warning."""
+    from bert_core.io import storage
     from operators.params import check_conf_keys, renamed_params, settings_from
 
     params = renamed_params(params, RENAMED, defaults or {}, DAG_ID)
     if declared:
         check_conf_keys(params, declared, DAG_ID)
-    work = work_dir(params, run_id, "demo")
+    work = run_dir(DAG_ID, params, run_id)
     model = params.get("model") or default_model_dir()
     shards = settings_from(params, tuple(values.shards))
     pretrain = settings_from(params, tuple(values.pretrain), PRETRAIN)
@@ -86,7 +86,7 @@ def plan(params: dict[str, Any], run_id: str | None, values: DemoValues, declare
                                        registry=f"{work}/registry", settings={**finetune, **own.get(task, {})})
         check_task(tasks[task])
     return DemoPlan(work_dir=work, corpus=params.get("corpus") or demo_data("corpus"),
-                    vocab=params.get("vocab") or str(Path(model) / "vocab.txt"), segmented=f"{work}/segmented",
+                    vocab=params.get("vocab") or storage.join(model, "vocab.txt"), segmented=f"{work}/segmented",
                     shards=shards, shards_dir=f"{work}/shards", heldout_dir=f"{work}/shards-heldout",
                     pretrain=pretrain, pretrained=f"{work}/pretrained", registry=f"{work}/registry",
                     summary=f"{work}/demo_summary.json", finetune=tasks)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from operators.locations import default_model_dir, demo_data, work_dir
+from operators.locations import default_model_dir, demo_data, run_dir
 from operators.plan_checks import check_gpu, max_positions
 
 DAG_ID = "bert_finetune"
@@ -55,7 +55,7 @@ def plan(params: dict[str, Any], run_id: str | None, settings: tuple[str, ...],
     params = renamed_params(params, RENAMED, defaults or {}, DAG_ID)
     if declared:
         check_conf_keys(params, (*declared, DEPRECATED_MAX_LEN), DAG_ID)
-    work = work_dir(params, run_id, "finetune")
+    work = run_dir(DAG_ID, params, run_id)
     model = params.get("model") or default_model_dir()
     bundled = {"sst-2": demo_data("sst2"), "squad": demo_data("squad")}
     overrides = params.get("overrides") or {}
@@ -64,9 +64,10 @@ def plan(params: dict[str, Any], run_id: str | None, settings: tuple[str, ...],
                                 '{"mrpc": {"lr": 3e-5, "epochs": 5}}')
     overrides = {tasks.get(t).name: v for t, v in overrides.items()}
     requested = {tasks.get(t).name: d for t, d in (params.get("tasks") or {}).items()}
-    stray = sorted(set(overrides) - set(requested))
-    if stray:
-        raise BertPipelineError(f"overrides: {', '.join(stray)} not among the run's tasks ({', '.join(requested)})")
+    for where, named in (("overrides", overrides), ("search", presets.per_task_search(params.get("search")) or {})):
+        stray = sorted(set(named) - set(requested))
+        if stray:
+            raise BertPipelineError(f"{where}: {', '.join(stray)} not among the run's tasks ({', '.join(requested)})")
     # The form's deprecated `max_len` (max_seq_length of classification/NER only) is read per task by settings_for.
     base = settings_from(params, (*settings, DEPRECATED_MAX_LEN))
     planned = []
@@ -119,6 +120,14 @@ def check_task(plan: FinetuneTaskPlan) -> None:
         if config.train_file is None and not any((data / name).is_file() for name in candidates):
             raise BertPipelineError(f"tasks.{task}: {config.data_dir} has no training file (looked for "
                                     f"{', '.join(candidates)})")
+    if not storage.is_s3(config.model) and not storage.local_path(config.model).exists():
+        # Fine-tuning starts from weights: a bare architecture name (bert_2_64_2) is no model here, and a path that
+        # is not there would fail only in the mapped task.
+        from bert_core.model import zoo
+
+        if zoo.lookup(config.model) is None:
+            raise BertPipelineError(f"model: {zoo.unknown_model_message(config.model)}"
+                                    if "/" not in config.model else f"model: no such model directory {config.model}")
     limit = max_positions(config.model)
     if limit is not None and config.max_seq_length > limit:
         raise BertPipelineError(f"{where}: max_seq_length {config.max_seq_length} is longer than the model's {limit} "

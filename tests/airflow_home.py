@@ -44,7 +44,7 @@ def migrated_home(monkeypatch, cwd: Path) -> Path:
     global _MIGRATED
     home = embedded_env(monkeypatch, cwd)
     if not _MIGRATED:
-        from bert_pipeline.commands.demo import setup_home
+        from bert_pipeline.embedded_home import setup_home
 
         setup_home(home)  # sets the same variables embedded_env did (monkeypatch restores them afterwards)
         _MIGRATED = True

@@ -53,8 +53,9 @@ def _isolated_caches(tmp_path_factory, monkeypatch):
 # The few long files go first, longest first, so that neither worker is left with a long file at the end
 # while the other idles (seconds on this 2-core machine, alone; the rest take a few seconds each).
 LONG_FIRST = (
+    "tests/test_production_stack.py",  # the production profile, a multi-node Ray cluster, the three DAGs via REST
     "tests/test_stack_ui.py",  # ~340 s: `stack up`, bert_demo from the UI, both DAGs' forms, the REST runs
-    "tests/bert_core/launch/test_ray_multinode.py",  # ~210 s: a head and two worker nodes, drained and killed
+    "tests/bert_core/launch/test_ray_multinode.py",  # ~205 s: a head and two worker nodes: drained, killed, back
     "tests/test_demo.py",  # ~80 s
     "tests/bert_core/launch/test_ray_pretrain.py",  # ~75 s
     "tests/bert_core/launch/test_ray_shards_multinode.py",  # ~55-90 s: make-shards on two nodes, one killed
@@ -64,6 +65,8 @@ LONG_FIRST = (
     "tests/test_serving_http.py",  # ~50 s: mlflow models serve
     "tests/bert_core/launch/test_ray_tune.py",  # ~50 s
     "tests/pipelines/test_nightly.py",  # ~35 s
+    "tests/operators/test_registry_concurrency.py",  # ~30 s: an mlflow server, promotions in threads
+    "tests/bert_pipeline/test_run_command.py",  # ~30 s: `bert-pipeline run bert_pretraining`, a task failing
     "tests/bert_core/pretrain/test_convergence.py",  # ~30 s: real-text pretraining learns
     "tests/pipelines/test_nightly_installed.py",  # ~20 s: a wheel in a fresh venv
     "tests/bert_core/launch/test_ray_job_submit.py",

@@ -2,7 +2,8 @@
 chosen step, as a crash or a killed worker would, record the steps a run takes, or tell the test that a step
 was reached (for a node to be drained or killed from outside). They live here, not in the training loop:
 tests pass them to `pretrain(..., hooks=[...])` or `run_step(..., hooks=[...])`, which ships them to Ray
-workers pickled. Nodes of a multi-node test share no disk: records go to S3 (the tests' moto server)."""
+workers pickled. Nodes of a multi-node test share no disk: records go to S3 (the tests' moto server). The step
+records (RecordSteps) live in evaluation.step_timeline, which the elastic-recovery benchmark uses too."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import json
 import os
 import sys
 import time
-import uuid
 
 import ray.cloudpickle
 
 from bert_core.io import storage
 from bert_core.train import dist
+from evaluation.loopback_cluster import drain_node
+from evaluation.step_timeline import RecordSteps, recorded_steps
+
+__all__ = ["FailAtStep", "RecordSteps", "SignalAtStep", "recorded_steps"]
 
 
 class FailAtStep:
@@ -33,54 +37,37 @@ class FailAtStep:
         raise RuntimeError(f"injected failure at step {step} on rank {self.rank}")
 
 
-class RecordSteps:
-    """Rank 0 writes one object per optimizer step under `prefix` (s3://...): `<step>-<unique>` holding the world
-    size, so a test can tell which steps ran, how often, and on how many workers (read with `recorded_steps`)."""
-
-    def __init__(self, prefix: str):
-        self.prefix = prefix
-
-    def __call__(self, step: int, resumed: bool) -> None:
-        if dist.rank() == 0:
-            storage.write_text(storage.join(self.prefix, f"{step:05d}-{uuid.uuid4().hex[:8]}"),
-                               json.dumps({"world": dist.world_size()}))
-
-
-def recorded_steps(prefix: str) -> list[tuple[int, int]]:
-    """(step, world size) of every step RecordSteps recorded, in step order (a redone step appears twice)."""
-    return sorted((int(name.split("-")[0]), json.loads(storage.read_text(storage.join(prefix, name)))["world"])
-                  for name in storage.list_files(prefix))
-
-
 class SignalAtStep:
-    """After step `step` on worker `rank` (first attempt only): write {"node_id", "step"} of this worker's Ray node
-    to `uri`, for the test to act on that node. `drain_s`: also drain the node as a spot notice does (Ray's GCS
-    drain API, reason PREEMPTION, deadline `drain_s` seconds ahead) and wait until Ray Train's preemption
-    watcher has had time to see it. `hold`: then stop this worker here (until its node is killed)."""
+    """After step `step` on worker `rank`: write {"node_id", "step"} of this worker's Ray node to `uri`, for the test to
+    act on that node. On the first attempt only; with `world`, instead on any attempt whose group has that many
+    workers (e.g. world=1: once a group has shrunk to one worker). `drain_s`: also drain the node as a spot notice
+    does (deadline `drain_s` seconds ahead) and wait until Ray Train's preemption watcher has had time to see it.
+    `hold`: then stop this worker here until its node is killed or Ray Train replaces the group; after
+    HOLD_LIMIT_S, fail (a test waiting for a replacement that never comes must not wait forever)."""
+
+    HOLD_LIMIT_S = 300.0
 
     def __init__(self, step: int, uri: str, rank: int = 1, drain_s: float | None = None, hold: bool = False,
-                 watcher_poll_s: float = 0.5):
+                 watcher_poll_s: float = 0.5, world: int | None = None):
         self.step, self.uri, self.rank, self.drain_s, self.hold = step, uri, rank, drain_s, hold
-        self.watcher_poll_s = watcher_poll_s
+        self.watcher_poll_s, self.world = watcher_poll_s, world
 
     def __call__(self, step: int, resumed: bool) -> None:
-        if resumed or step != self.step or dist.rank() != self.rank:
+        attempt_ok = not resumed if self.world is None else dist.world_size() == self.world
+        if not attempt_ok or step != self.step or dist.rank() != self.rank:
             return
         node_id = ray.get_runtime_context().get_node_id()
         record = {"node_id": node_id, "step": step}
         if self.drain_s is not None:
-            from ray.core.generated import autoscaler_pb2
-
-            deadline_ms = int((time.time() + self.drain_s) * 1000)
-            accepted, why = ray._private.worker.global_worker.gcs_client.drain_node(
-                node_id, autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
-                "spot instance reclaimed (test)", deadline_ms)
-            assert accepted, why
-            record["deadline_ms"] = deadline_ms
+            record["deadline_ms"] = drain_node(node_id, self.drain_s, "spot instance reclaimed (test)")
         storage.write_text(self.uri, json.dumps(record))
         if self.drain_s is not None:
             time.sleep(3 * self.watcher_poll_s)  # the notice reaches the workers within a poll or two
+        limit = time.monotonic() + self.HOLD_LIMIT_S
         while self.hold:
+            if time.monotonic() > limit:
+                raise RuntimeError(f"step {step}: held {self.HOLD_LIMIT_S:.0f} s and the worker group was not "
+                                   "replaced")
             time.sleep(1.0)
 
 

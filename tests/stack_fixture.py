@@ -11,6 +11,10 @@ unused by the linter and then as redefined by the test's argument):
     def test_something(local_stack):
         local_stack.mlflow_url, local_stack.ray_address, local_stack.airflow_credentials() ...
 
+The production profile (`stack up --profile production`) is `running_stack("production", extra_flags,
+ray_cluster=...)`, a context manager (tests/test_production_stack.py makes it a module fixture inside the S3
+server and Ray cluster it needs).
+
 One stack per test module: an idle stack still takes about a tenth of a core (Airflow's scheduler and DAG
 processor, Ray's dashboard and agents), which the rest of a CPU-bound 2-core suite would lose if it ran to the
 end of the session. Starting it takes about 35 s on 2 cores. Set BERT_PIPELINE_STACK_KEEP=1 to leave the home
@@ -19,6 +23,7 @@ directory (logs) after the module.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -48,6 +53,12 @@ class LocalStack:
     # TMPDIR of the services and of the tasks and Ray workers they start, so that what they leave there is
     # seen. Short: Ray's socket paths under it (its temp dir is TMPDIR/bert-ray-...) must stay < 108 bytes.
     tmp: Path
+    # The production profile's own: PostgreSQL's and Redis's ports, and the Ray cluster it was pointed at
+    # (--ray-address; None: the stack's own head on ray_gcs_port).
+    profile: str = "default"
+    postgres_port: int | None = None
+    redis_port: int | None = None
+    ray_cluster: str | None = None
 
     @property
     def mlflow_url(self) -> str:
@@ -65,7 +76,7 @@ class LocalStack:
     @property
     def ray_address(self) -> str:
         """The head's GCS address, for a Ray driver (`ray.init(address=...)`)."""
-        return f"127.0.0.1:{self.ray_gcs_port}"
+        return self.ray_cluster or f"127.0.0.1:{self.ray_gcs_port}"
 
     @property
     def airflow_password_file(self) -> Path:
@@ -117,14 +128,24 @@ def _free_ports(count: int) -> list[int]:
     return ports
 
 
-def start_stack(root: Path, tmp: Path) -> LocalStack:
-    """`stack up` in root/home on free ports; fails the test with the service logs when it does not come up."""
-    mlflow, airflow, dashboard, gcs = _free_ports(4)
+def start_stack(root: Path, tmp: Path, profile: str = "default", extra: tuple[str, ...] = (),
+                ray_cluster: str | None = None) -> LocalStack:
+    """`stack up` in root/home on free ports (with `extra` flags; `ray_cluster`: production's --ray-address);
+    fails the test with the service logs when it does not come up."""
+    mlflow, airflow, dashboard, gcs, postgres, redis = _free_ports(6)
+    production = profile == "production"
     stack = LocalStack(home=root / "home", mlflow_port=mlflow, airflow_port=airflow, ray_dashboard_port=dashboard,
-                       ray_gcs_port=gcs, tmp=tmp)
+                       ray_gcs_port=gcs, tmp=tmp, profile=profile, postgres_port=postgres if production else None,
+                       redis_port=redis if production else None, ray_cluster=ray_cluster)
+    flags = ["--mlflow-port", str(mlflow), "--airflow-port", str(airflow)]
+    if ray_cluster:
+        flags += ["--ray-address", ray_cluster]
+    else:
+        flags += ["--ray-dashboard-port", str(dashboard), "--ray-port", str(gcs)]
+    if production:
+        flags += ["--profile", "production", "--postgres-port", str(postgres), "--redis-port", str(redis)]
     try:
-        result = stack.cli("up", "--mlflow-port", str(mlflow), "--airflow-port", str(airflow),
-                           "--ray-dashboard-port", str(dashboard), "--ray-port", str(gcs))
+        result = stack.cli("up", *flags, *extra)
     except subprocess.TimeoutExpired:
         stop_stack(stack)
         pytest.fail(f"`bert-pipeline stack up` did not finish in {UP_TIMEOUT_S} s\n{stack.log_tails()}")
@@ -136,26 +157,31 @@ def start_stack(root: Path, tmp: Path) -> LocalStack:
 
 
 def stop_stack(stack: LocalStack) -> subprocess.CompletedProcess:
-    """`stack down`, then remove Ray's per-home temp dir (sockets, session logs) that `down` leaves."""
+    """`stack down`, then remove what `down` leaves outside the home: Ray's per-home temp dir (sockets, session
+    logs) and, when the stack ran as root, its PostgreSQL data directory under the postgres user's home."""
     state_file = stack.logs / "state.json"
-    ray_tmp = None
-    if state_file.is_file():
-        ray_tmp = json.loads(state_file.read_text()).get("services", {}).get("ray", {}).get("temp_dir")
+    services = json.loads(state_file.read_text()).get("services", {}) if state_file.is_file() else {}
+    ray_tmp = services.get("ray", {}).get("temp_dir")
+    pg_data = services.get("postgres", {}).get("data_dir")
     result = stack.cli("down", timeout=180)
-    if ray_tmp and result.returncode == 0:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    if result.returncode == 0:
+        if ray_tmp:
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+        if pg_data and not Path(pg_data).is_relative_to(stack.home):
+            shutil.rmtree(Path(pg_data).parent, ignore_errors=True)
     return result
 
 
-@pytest.fixture(scope="module")
-def local_stack() -> Iterator[LocalStack]:
-    """The module's running stack."""
+@contextlib.contextmanager
+def running_stack(profile: str = "default", extra: tuple[str, ...] = (), ray_cluster: str | None = None
+                  ) -> Iterator[LocalStack]:
+    """A stack of `profile` on free ports in a temp home for the block, stopped after it with `stack down`."""
     # Not pytest's tmp_path: Airflow's and MLflow's paths appear in URLs and logs; a short root reads better.
     root = Path(tempfile.mkdtemp(prefix="bert-stack-"))
     tmp = Path(tempfile.mkdtemp(prefix="bt", dir="/tmp"))
     keep = bool(os.environ.get("BERT_PIPELINE_STACK_KEEP"))
     try:
-        stack = start_stack(root, tmp)
+        stack = start_stack(root, tmp, profile, extra, ray_cluster)
     except BaseException:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -169,3 +195,10 @@ def local_stack() -> Iterator[LocalStack]:
             shutil.rmtree(root, ignore_errors=True)
             shutil.rmtree(tmp, ignore_errors=True)
         assert result.returncode == 0, f"`stack down` failed:\n{result.stdout}\n{result.stderr}"
+
+
+@pytest.fixture(scope="module")
+def local_stack() -> Iterator[LocalStack]:
+    """The module's running stack."""
+    with running_stack() as stack:
+        yield stack

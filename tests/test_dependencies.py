@@ -22,9 +22,10 @@ from tests.paths import REPO
 PACKAGES = ("bert_core", "bert_pipeline", "evaluation", "operators", "pipelines")
 # Import names whose distribution is one of a declared dependency's own parts.
 PART_OF = {"airflow": "apache-airflow"}
-# What the test suite installs besides [project] dependencies (`pip install -e '.[test,tf]'`, Makefile): `tf` is
-# TensorFlow, which only writes real Google checkpoints for the converter's test.
-TEST_EXTRAS = ("test", "tf")
+# What the test suite installs besides [project] dependencies (`pip install -e '.[test,tf,production]'`,
+# Makefile): `tf` is TensorFlow, which only writes real Google checkpoints for the converter's test; `production`
+# the CeleryExecutor and PostgreSQL drivers of the production-profile test.
+TEST_EXTRAS = ("test", "tf", "production")
 
 
 def _optional_lines(tree: ast.AST) -> set[int]:

@@ -10,67 +10,20 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from bert_pipeline.stack.state import free_port
 from operators import registry
 from operators import tasks as ops
 from tests import toy_tasks
+from tests.model_server import ModelServer, post_json
 from tests.tiny_bert import write_tiny_bert
 
 pytestmark = pytest.mark.slow
 
 SETTINGS = dict(epochs=2, batch_size=16, lr=1e-3, max_seq_length=32, doc_stride=16, tracking=True)
 SQUAD_SETTINGS = {**SETTINGS, "max_seq_length": 64}
-
-
-def _post(url: str, body: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"{}")
-
-
-class _Server:
-    """`mlflow models serve` of a model URI as a child process; stopped on exit."""
-
-    def __init__(self, uri: str, env: dict[str, str], log: Path):
-        self.port = free_port()
-        self.log = log.open("w")
-        mlflow = Path(sys.executable).with_name("mlflow")
-        self.process = subprocess.Popen(
-            [str(mlflow), "models", "serve", "-m", uri, "--env-manager", "local", "-h", "127.0.0.1",
-             "-p", str(self.port), "-w", "1"], env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> _Server:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"mlflow models serve exited: {Path(self.log.name).read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/ping", timeout=2) as response:
-                    if response.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.5)
-        raise AssertionError(f"mlflow models serve did not answer /ping: {Path(self.log.name).read_text()[-3000:]}")
-
-    def __exit__(self, *exc) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        self.log.close()
 
 
 def _predict_cli(model: str, requests: list[dict], tmp: Path, env: dict[str, str]) -> list[dict]:
@@ -108,8 +61,8 @@ def test_champions_serve_raw_text_over_http(tmp_path, monkeypatch):
 
     sentences = [{"text": "the concert was wonderful ."}, {"text": "the hotel was dreadful ."},
                  {"text": " ".join(["the meal was lovely ."] * 2500)}]  # 10,000 words: cut to max_seq_length tokens
-    with _Server("models:/bert-sst-2@champion", env, tmp_path / "serve-sst2.log") as server:
-        status, body = _post(f"{server.url}/invocations", {"dataframe_records": sentences})
+    with ModelServer("models:/bert-sst-2@champion", env, tmp_path / "serve-sst2.log") as server:
+        status, body = post_json(f"{server.url}/invocations", {"dataframe_records": sentences})
         assert status == 200, body
         served = body["predictions"]
         assert [set(a) for a in served] == [{"label", "probabilities"}] * 3
@@ -118,24 +71,24 @@ def test_champions_serve_raw_text_over_http(tmp_path, monkeypatch):
         assert not [p.name for p in scratch.iterdir() if p.name.startswith(("tmp", "bert-"))]
         assert served == _predict_cli(str(tmp_path / "ft-sst-2"), sentences, tmp_path, env)
 
-        status, body = _post(f"{server.url}/invocations", {"dataframe_records": [{"sentence": "no text field"}]})
+        status, body = post_json(f"{server.url}/invocations", {"dataframe_records": [{"sentence": "no text field"}]})
         assert status == 400 and "text" in body["message"], body
-        status, body = _post(f"{server.url}/invocations", {"dataframe_records": [{"text": "  "}]})
+        status, body = post_json(f"{server.url}/invocations", {"dataframe_records": [{"text": "  "}]})
         assert status == 400 and "row 0: field 'text' is empty" in body["message"], body
-        status, body = _post(f"{server.url}/invocations", {"inputs": {"text": ["the show was superb ."]}})
+        status, body = post_json(f"{server.url}/invocations", {"inputs": {"text": ["the show was superb ."]}})
         assert status == 200 and body["predictions"][0]["label"] in ("0", "1"), body  # still serving
 
     context = "Hana lives in Quito and works as a tailor near the old harbour."
     questions = [{"question": "Where does Hana live?", "context": context},
                  {"question": "What is the job of Hana?", "context": " ".join([context] * 40)}]
-    with _Server("models:/bert-squad@champion", env, tmp_path / "serve-squad.log") as server:
-        status, body = _post(f"{server.url}/invocations", {"dataframe_records": questions})
+    with ModelServer("models:/bert-squad@champion", env, tmp_path / "serve-squad.log") as server:
+        status, body = post_json(f"{server.url}/invocations", {"dataframe_records": questions})
         assert status == 200, body
         served = body["predictions"]
         assert served == _predict_cli("models:/bert-squad@champion", questions, tmp_path, env)
         for question, answer in zip(questions, served):
             assert question["context"][answer["start"]:answer["end"]] == answer["answer"] != ""
-        status, body = _post(f"{server.url}/invocations", {"dataframe_records": [{"question": "Where?"}]})
+        status, body = post_json(f"{server.url}/invocations", {"dataframe_records": [{"question": "Where?"}]})
         assert status == 400 and "context" in body["message"], body
 
 

@@ -19,7 +19,7 @@ import pytest
 from bert_core.errors import BertPipelineError
 from bert_pipeline.cli import main
 from bert_pipeline.stack import airflow as airflow_service
-from bert_pipeline.stack import health, processes, supervisor
+from bert_pipeline.stack import health, processes, ray_head
 from bert_pipeline.stack.processes import StopTarget
 from bert_pipeline.stack.state import DEFAULT_PORTS
 
@@ -120,6 +120,50 @@ def test_conflicting_ports_are_refused_before_anything_starts(flags, message, tm
     assert main(["stack", "up", "--home", str(tmp_path / "home"), *flags]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "home").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--postgres-port", "7001"], "--postgres-port: not a port of --profile default"),
+    (["--ray-address", "10.0.0.1:6379"], "--ray-address is a setting of --profile production"),
+    (["--profile", "production"], "--profile production keeps the MLflow server's artifacts in an object store: "
+                                  "give --artifacts-destination s3://BUCKET/PREFIX"),
+    (["--profile", "production", "--artifacts-destination", "/data/mlartifacts"],
+     "--artifacts-destination /data/mlartifacts: expected an object store URI"),
+    (["--profile", "production", "--artifacts-destination", "s3://b/p", "--ray-address", "http://head:8265"],
+     "--ray-address http://head:8265: expected the GCS address HOST:PORT"),
+    (["--profile", "production", "--artifacts-destination", "s3://b/p", "--redis-port", "7002", "--postgres-port",
+      "7002"], "two services cannot share port 7002"),
+])
+def test_profile_settings_are_checked_before_anything_starts(flags, message, tmp_path, capsys):
+    assert main(["stack", "up", "--home", str(tmp_path / "home"), *flags]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "home").exists()
+
+
+def test_production_names_missing_system_packages_and_how_to_install_them(tmp_path, monkeypatch, capsys):
+    from bert_pipeline.stack import airflow_celery, postgres, redis
+
+    monkeypatch.setattr(postgres, "bin_dir", lambda: None)
+    monkeypatch.setattr(redis, "server", lambda: None)
+    monkeypatch.setattr(airflow_celery, "PYTHON_PACKAGES", ("apache-airflow-providers-celery", "no-such-dist"))
+    assert main(["stack", "up", "--profile", "production", "--home", str(tmp_path / "home"),
+                 "--artifacts-destination", "s3://b/p"]) == 2
+    err = capsys.readouterr().err
+    assert "--profile production needs what this machine lacks (nothing was started)" in err
+    assert "PostgreSQL server (initdb, postgres): apt-get install -y postgresql" in err
+    assert "redis-server: apt-get install -y redis-server" in err
+    assert "Python packages no-such-dist: pip install" in err
+    assert "install with:\n  apt-get install -y postgresql\n  apt-get install -y redis-server\n  pip install" in err
+    assert not (tmp_path / "home").exists()
+
+
+def test_celery_workers_report_their_own_host_name(monkeypatch):
+    from bert_pipeline.stack import worker_host
+
+    monkeypatch.setenv(worker_host.ENV, "celery-worker-2")
+    assert worker_host.hostname() == "celery-worker-2"
+    monkeypatch.delenv(worker_host.ENV)
+    assert worker_host.hostname() == socket.getfqdn()
 
 
 def test_port_in_use_is_named_and_nothing_starts(tmp_path, capsys):
@@ -231,7 +275,7 @@ def test_a_service_that_exits_while_starting_is_named_with_its_logs(tmp_path):
     proc.wait()
     record = {"url": "http://127.0.0.1:9", "health_url": "http://127.0.0.1:9/api/gcs_healthz",
               "log": str(tmp_path / "ray.log"), "temp_dir": str(tmp_path / "ray-tmp")}
-    ray = supervisor.SERVICES["ray"]
+    ray = ray_head.SERVICE
     with pytest.raises(BertPipelineError) as error:
         health.wait_healthy({"ray": (ray, proc, record)}, timeout=60)
     assert str(error.value) == (f"ray exited with code 3 before it became healthy; read {tmp_path / 'ray.log'} "
@@ -340,3 +384,15 @@ def test_leader_first_falls_back_to_the_family_and_sigkill(tmp_path, monkeypatch
     assert int((tmp_path / "sender").read_text()) == os.getpid()  # the fallback's SIGTERM, from this process
     assert family_signals == [("SIGTERM", True), ("SIGKILL", True)]  # the leader outlived both stages' start
     assert _gone(leader) and not processes.alive(child)
+
+
+def test_production_secrets_are_made_once_and_readable_by_the_owner_only(tmp_path):
+    from bert_pipeline.stack import secrets
+
+    made = secrets.load_or_create(tmp_path)
+    assert secrets.load_or_create(tmp_path) == made  # kept: the database's password lives in its data directory
+    assert secrets.path(tmp_path).stat().st_mode & 0o777 == 0o600
+    assert len(set(made.values())) == len(secrets.NAMES)
+    secrets.path(tmp_path).write_text(json.dumps({"postgres_password": "x"}))
+    with pytest.raises(BertPipelineError, match="missing redis_password, jwt_secret"):
+        secrets.load(tmp_path)

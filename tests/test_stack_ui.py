@@ -1,11 +1,11 @@
 """The local stack as a person uses it: `bert-pipeline stack up`, then the Airflow UI in headless Chromium (Debian's
 chromium + chromium-driver, driven by selenium): log in, see the DAGs, trigger `bert_demo` from its form with tiny
-settings, and wait for the run to succeed. Screenshots of the key steps go to test-artifacts/stack_ui/."""
+settings, and wait for the run to succeed; each DAG's form in its sections. Screenshots of the key steps go to
+test-artifacts/stack_ui/, those of the forms to docs/figures/form-<dag>.png."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import urllib.error
 import urllib.parse
@@ -15,17 +15,15 @@ from pathlib import Path
 import pytest
 
 from tests import stack_fixture
+from tests.browser import CHROMEDRIVER, CHROMIUM, MISSING, chromium
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "stack_ui"
 DAGS = ("bert_demo", "bert_finetune", "bert_pretraining")
 RUN_TIMEOUT_S = 360
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
-                       reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"),
+    pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason=MISSING),
 ]
 
 local_stack = stack_fixture.local_stack
@@ -54,18 +52,7 @@ class AirflowApi:
 
 @pytest.fixture()
 def browser(tmp_path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-                "--disable-component-update", "--disable-sync", "--disable-quic", "--window-size=1400,1000",
-                f"--user-data-dir={tmp_path / 'chromium-profile'}"):
-        options.add_argument(arg)
-    # An explicit driver path: selenium then never tries to download a driver (no network here).
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
+    driver = chromium(tmp_path / "chromium-profile")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     yield driver
     driver.quit()
@@ -118,12 +105,28 @@ field.blur();
 """
 
 
+def _reveal(driver, field) -> None:
+    """Open the form section holding `field`: the form shows one section at a time, the others folded."""
+    from selenium.webdriver.common.by import By
+
+    if not field.is_displayed():
+        content = field.find_element(By.XPATH, "./ancestor::*[@data-part='item-content']")
+        trigger = driver.find_element(By.ID, content.get_attribute("aria-labelledby"))
+        trigger.click()
+        _wait(driver, lambda d: trigger.get_attribute("aria-expanded") == "true" and field.is_displayed(), timeout=10,
+              message=f"the form section {trigger.text!r} did not open")
+        _settled(driver, content)  # it opens with an animation: fields move until it ends
+
+
 def _set_field(driver, dialog, param: str, value) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
     # A Param of several types (e.g. integer or string: --num-workers 2 or MIN:MAX) is a text area in the form.
     field = dialog.find_element(By.CSS_SELECTOR, f"input[name=element_{param}], textarea[name=element_{param}]")
+    _reveal(driver, field)
+    # In the middle of the dialog: scrolled to its top edge, the dialog's header would take the click.
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", field)
     if field.get_attribute("role") == "spinbutton":
         # Number fields keep their own state and ignore a synthetic input event: type the (short) number.
         field.click()
@@ -167,21 +170,19 @@ def test_trigger_bert_demo_from_the_airflow_ui(local_stack, browser):
     _shot(browser, "01-dag-list.png")
     assert api.get("/api/v2/importErrors")["total_entries"] == 0
 
-    # bert_demo's trigger form, with settings that make the run quick.
-    browser.get(local_stack.airflow_url + "/dags/bert_demo")
-    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "button[aria-label='Trigger Dag']"))[0].click()
-    dialog = _wait(browser, lambda d: next((x for x in d.find_elements(By.CSS_SELECTOR, "[role=dialog]")
-                                            if x.is_displayed() and "Trigger Dag - bert_demo" in x.text), None),
-                   message="the trigger form did not open")
+    # bert_demo's trigger form (in sections: docs/figures/form-bert_demo.png), with settings that make the run quick.
+    dialog = _open_trigger_form(browser, local_stack, "bert_demo")
+    _sections_and_screenshot(browser, api, dialog, "bert_demo")
     # A tiny BERT to fine-tune: the test is about the UI, the scheduler and the stack's services, not about
     # accuracy (MiniLM triples the run's time on 2 cores); corpus and vocab are left unset (their defaults).
     model = write_tiny_bert(local_stack.home / "tiny-bert")
     work_dir = local_stack.home / "ui-run"
     # Fine-tuning in the task processes (finetune_num_workers 0): a Ray Train start-up per fine-tuning would double
     # the run's time; pretraining still runs on the stack's Ray head, on one worker (two: the REST test below).
-    conf = {"work_dir": str(work_dir), "model": str(model), "dupe_factor": 1, "pretrain_num_steps": 2,
-            "pretrain_num_workers": 1, "pretrain_batch_size": 4, "finetune_epochs": 1, "squad_epochs": 1,
-            "finetune_num_workers": 0}
+    # In the form's order (section by section: one opens at a time).
+    conf = {"dupe_factor": 1, "model": str(model), "pretrain_num_steps": 2, "pretrain_batch_size": 4,
+            "finetune_epochs": 1, "squad_epochs": 1, "pretrain_num_workers": 1, "finetune_num_workers": 0,
+            "work_dir": str(work_dir)}
     for param, value in conf.items():
         _set_field(browser, dialog, param, value)
     # A new DAG is paused; the form offers to unpause it on trigger, ticked by default.
@@ -225,6 +226,61 @@ def test_trigger_bert_demo_from_the_airflow_ui(local_stack, browser):
     with urllib.request.urlopen(f"{local_stack.ray_dashboard_url}/api/jobs/", timeout=30) as response:
         jobs = json.loads(response.read())
     assert any(j.get("type") == "DRIVER" and j.get("status") == "SUCCEEDED" for j in jobs), jobs
+
+
+FIGURES = Path(__file__).resolve().parent.parent / "docs" / "figures"
+
+
+def _section_triggers(dialog) -> list:
+    """The form's section headers (buttons that open and fold a section)."""
+    from selenium.webdriver.common.by import By
+
+    return dialog.find_elements(By.CSS_SELECTOR, "[data-part=item-trigger]")
+
+
+def test_the_nightly_form_reads_like_a_recipe(local_stack, browser):
+    """The nightly regression's form in its own sections (the other DAGs' forms are checked where their tests
+    open them)."""
+    api = AirflowApi(local_stack.airflow_url, *local_stack.airflow_credentials())
+    _login(browser, local_stack)
+    _wait_for_dags(api, ["bert_nightly_regression"])
+    _sections_and_screenshot(browser, api, _open_trigger_form(browser, local_stack, "bert_nightly_regression"),
+                             "bert_nightly_regression")
+    _idle(browser)
+
+
+def _sections_and_screenshot(driver, api: AirflowApi, dialog, dag_id: str) -> None:
+    """The trigger form reads like a recipe: its Params in sections (data, model, optimization, ..., each titled
+    with its sentence), in operators.params.SECTIONS' order, as the API serves them, all folded when the form
+    opens. Then docs/figures/form-<dag>.png: the form with its first section open."""
+    from operators.params import SECTIONS
+
+    params = api.get(f"/api/v2/dags/{dag_id}/details")["params"]
+    served = list(dict.fromkeys(spec["schema"].get("section") for spec in params.values()))
+    assert served == sorted(served, key=list(SECTIONS.values()).index), (dag_id, served)
+    triggers = _wait(driver, lambda d: _section_triggers(dialog), message=f"{dag_id}: no form sections")
+    assert [t.text for t in triggers] == [*served, "Advanced Options"], (dag_id, [t.text for t in triggers])
+    assert all(t.get_attribute("aria-expanded") == "false" for t in triggers), dag_id  # the titles read first
+    size = driver.get_window_size()
+    driver.set_window_size(1400, 2600)  # tall enough for a whole form with its first section open
+    triggers[0].click()
+    _wait(driver, lambda d: triggers[0].get_attribute("aria-expanded") == "true", timeout=10,
+          message=f"{dag_id}: the first section did not open")
+    _settled(driver, dialog)  # the section opens with an animation
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    dialog.screenshot(str(FIGURES / f"form-{dag_id}.png"))
+    driver.set_window_size(size["width"], size["height"])
+
+
+def _settled(driver, element) -> None:
+    """Until the element's height has stayed the same over three looks, 0.15 s apart (a section's opening
+    animation takes about 0.2 s)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    heights: list[int] = []
+    WebDriverWait(driver, 15, poll_frequency=0.15).until(
+        lambda d: heights.append(element.size["height"]) or heights[-3:] == [heights[-1]] * 3,
+        "the form kept changing its size")
 
 
 def _open_trigger_form(driver, stack, dag_id: str):
@@ -286,6 +342,7 @@ def test_trigger_forms_start_with_their_defaults_and_bad_conf_fails_the_plan(loc
     required = {f.get_attribute("name").removeprefix("element_") for f in required_fields}
     empty_default = {name for name in required if defaults.get(name) in (None, "", [], {})}
     assert not empty_default, f"{dag_id}: required fields with an empty default: {empty_default}"
+    _sections_and_screenshot(browser, api, dialog, dag_id)
     trigger = next(b for b in dialog.find_elements(By.CSS_SELECTOR, "button") if b.text.strip() == "Trigger")
     _wait(browser, lambda d: trigger.is_enabled(), timeout=10, message=f"{dag_id}: Trigger stays disabled")
     before = {r["dag_run_id"] for r in api.get(f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]}

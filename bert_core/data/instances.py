@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bert_core.errors import BertPipelineError
-from bert_core.options import option
+from bert_core.options import Form, option
 
 SPLITS = ("all", "train", "heldout")
 
@@ -67,35 +67,40 @@ class ShardConfig:
 
     GROUPS = (MASKING, UNITS, HOLDOUT)
 
-    max_seq_length: int = option(128, "tokens per instance, [CLS] and [SEP]s included", group=MASKING)
-    max_predictions_per_seq: int = option(20, "most masked-LM predictions per instance", group=MASKING)
-    masked_lm_prob: float = option(0.15, "fraction of an instance's tokens to predict", group=MASKING)
+    max_seq_length: int = option(128, "tokens per instance, [CLS] and [SEP]s included", group=MASKING,
+                                 section=Form.DATA)
+    max_predictions_per_seq: int = option(20, "most masked-LM predictions per instance", group=MASKING,
+                                          section=Form.DATA)
+    masked_lm_prob: float = option(0.15, "fraction of an instance's tokens to predict", group=MASKING,
+                                   section=Form.DATA)
     short_seq_prob: float = option(0.1, "probability of a document's instances targeting a random shorter length",
-                                   group=MASKING)
-    dupe_factor: int = option(5, "passes over the input, each with fresh masks", group=MASKING)
-    random_seed: int = option(12345, "seed of the instances and their masks", group=MASKING)
+                                   group=MASKING, section=Form.DATA)
+    dupe_factor: int = option(5, "passes over the input, each with fresh masks", group=MASKING, section=Form.DATA)
+    random_seed: int = option(12345, "seed of the instances and their masks", group=MASKING, section=Form.DATA)
     whole_word_mask: bool = option(False, "mask all WordPiece pieces of a word together (Google's "
-                                   "--do_whole_word_mask)", group=MASKING)
+                                   "--do_whole_word_mask)", group=MASKING, section=Form.DATA)
     do_lower_case: bool = option(True, "keep case, for cased vocabs (default: lower-case and strip accents "
                                  "before WordPiece, for uncased vocabs: --do-lower-case)", group=MASKING,
+                                 section=Form.DATA,
                                  negate="--cased", aliases=("--do-lower-case",))
     # A unit closes after this many documents or this many characters of text, whichever comes first
     # (a worker needs ~50 bytes per character of its unit; smaller units also balance workers better).
     chunk_documents: int = option(1000, "documents per unit of work; the random next sentence is drawn from the "
-                                  "unit", group=UNITS, metavar="N")
+                                  "unit", group=UNITS, section=Form.DATA, metavar="N")
     chunk_chars: int = option(1_000_000, "a unit also closes after this many characters of text (bounds memory "
-                              "with long documents)", group=UNITS, metavar="N")
-    instances_per_shard: int = option(10_000, "instances per .npz shard; the last one may hold fewer", group=UNITS,
+                              "with long documents)", group=UNITS, section=Form.DATA, metavar="N")
+    instances_per_shard: int = option(10_000, "instances per .npz shard; the last one may hold fewer",
+                                      group=UNITS, section=Form.DATA,
                                       metavar="N")
     # Draw every random number as Google's script does (about 2x slower). A single-unit run then gives
     # Google's instances exactly; otherwise the same distribution comes from faster vectorised draws.
     google_random_stream: bool = option(False, "draw every random number exactly as Google's script does (about "
                                         "2x slower to make instances). Default: the same distributions from faster "
                                         "vectorised draws. With it, a single-file input that fits in one unit "
-                                        "gives exactly Google's instances", group=MASKING)
+                                        "gives exactly Google's instances", group=MASKING, section=Form.DATA)
     # Instances from consecutive units are mixed in a buffer of this many before being written.
     shuffle_buffer: int = option(20_000, "instances from consecutive units are mixed in a buffer of this many "
-                                 "before being written", group=UNITS, metavar="N")
+                                 "before being written", group=UNITS, section=Form.DATA, metavar="N")
     # Held-out split by document: a document is held out when the hash of its text falls below
     # holdout_fraction (is_heldout), so the split depends neither on file order, units nor the seed, and
     # a document repeated in the corpus lands on the same side. split "all" keeps every document;
@@ -103,7 +108,7 @@ class ShardConfig:
     holdout_fraction: float = option(0.0, "hold out about this fraction of the documents (chosen by a hash of "
                                      "each document's text, so the split is stable across runs and seeds) as "
                                      "evaluation shards: one masking pass, random next sentences from held-out "
-                                     "documents only; 0: none", group=HOLDOUT, metavar="F")
+                                     "documents only; 0: none", group=HOLDOUT, section=Form.DATA, metavar="F")
     split: str = option("all", cli=False)
 
     def check(self) -> None:

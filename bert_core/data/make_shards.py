@@ -35,7 +35,7 @@ import numpy as np
 
 from bert_core.data import shard_format as shards
 from bert_core.data.instances import ShardConfig, UnitResult, Vocab, build_unit, is_heldout
-from bert_core.data.text_inputs import fetch, iter_lines, resolve_inputs
+from bert_core.data.text_inputs import iter_lines, resolve_inputs
 from bert_core.errors import BertPipelineError
 from bert_core.io import manifest, storage
 
@@ -394,7 +394,7 @@ def make_shards(inputs: list[str], output: str, vocab_file: str, config: ShardCo
     started = manifest.now()
     clock = time.perf_counter()
 
-    vocab_path = fetch(vocab_file)
+    vocab_path = storage.local_file(vocab_file)
     from bert_core.model.tokenization import load_vocab
 
     try:
@@ -404,7 +404,7 @@ def make_shards(inputs: list[str], output: str, vocab_file: str, config: ShardCo
         raise BertPipelineError(f"--vocab {vocab_file}: {exc}") from None
     vocab_sha = manifest.sha256_file(vocab_path)
     uris = resolve_inputs(inputs)
-    files = [(uri, fetch(uri)) for uri in uris]
+    files = [(uri, storage.local_file(uri)) for uri in uris]
     hashes = {uri: manifest.sha256_file(path) for uri, path in files}
     vocab_uri = vocab_file if storage.is_s3(vocab_file) else str(vocab_path.absolute())
     hashes_with_vocab = {**hashes, f"vocab:{vocab_uri}": vocab_sha}

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from bert_core.data.text_inputs import DecodeReport, fetch, iter_lines, resolve_inputs, strip_suffixes
+from bert_core.data.text_inputs import DecodeReport, iter_lines, resolve_inputs, strip_suffixes
 from bert_core.errors import BertPipelineError
 from bert_core.io import manifest, storage
 
@@ -353,11 +353,11 @@ def segment(inputs: list[str], output: str, config: SegmentConfig | None = None,
     config.check()
     started = manifest.now()
     uris = resolve_inputs(inputs)
-    local = [(uri, fetch(uri)) for uri in uris]
+    local = [(uri, storage.local_file(uri)) for uri in uris]
     hashes = {uri: manifest.sha256_file(path) for uri, path in local}
-    if not storage.is_s3(output) and manifest.is_up_to_date(storage.local_path(output), STEP, config, hashes):
+    if manifest.is_up_to_date(output, STEP, config, hashes):
         log.info("%s already holds the segmentation of these inputs with this config: nothing to do", output)
-        return manifest.read(storage.local_path(output))
+        return manifest.read(output)
     split, splitter_info = make_splitter(config, local)
     names = output_names(uris)
     files = []

@@ -13,7 +13,6 @@ import bz2
 import fnmatch
 import glob
 import gzip
-import hashlib
 import io
 import logging
 import os
@@ -103,20 +102,6 @@ def resolve_inputs(patterns: Sequence[str]) -> list[str]:
                 seen.add(key)
                 result.append(key)
     return result
-
-
-def fetch(uri: str) -> Path:
-    """A local file with the content of `uri`: the path itself, or a cached copy of an s3 object."""
-    if not storage.is_s3(uri):
-        return storage.local_path(uri)
-    bucket, key = storage.split_s3(uri)
-    etag = storage.s3_client().head_object(Bucket=bucket, Key=key)["ETag"].strip('"')
-    digest = hashlib.sha256(f"{uri}\0{etag}".encode()).hexdigest()[:24]
-    dest = storage.cache_root() / "s3-objects" / digest / Path(key).name
-    if not dest.exists():
-        log.info("fetching %s", uri)
-        storage.download_file(uri, dest)
-    return dest
 
 
 def strip_suffixes(name: str) -> str:

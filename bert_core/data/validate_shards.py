@@ -394,11 +394,7 @@ def validate_shards(shards_dir: str, output: str | None = None, vocab_file: str 
         from bert_core.data.instances import Vocab
         from bert_core.model.tokenization import load_vocab
 
-        local_vocab = storage.local_path(vocab_file) if not storage.is_s3(vocab_file) else None
-        if local_vocab is None:
-            from bert_core.data.text_inputs import fetch
-
-            local_vocab = fetch(vocab_file)
+        local_vocab = storage.local_file(vocab_file)
         digest = manifest.sha256_file(local_vocab)
         if vocab.get("sha256") and digest != vocab["sha256"]:
             raise BertPipelineError(f"--vocab {vocab_file}: sha256 {digest[:12]}... differs from the vocab the "

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bert_core.data.text_inputs import fetch, iter_lines, resolve_inputs
+from bert_core.data.text_inputs import iter_lines, resolve_inputs
 from bert_core.errors import BertPipelineError
 from bert_core.io import manifest, storage
 
@@ -133,7 +133,7 @@ def build_vocab(inputs: list[str], output: str, config: VocabConfig | None = Non
     config.check()
     started = manifest.now()
     uris = resolve_inputs(inputs)
-    files = [(uri, fetch(uri)) for uri in uris]
+    files = [(uri, storage.local_file(uri)) for uri in uris]
     hashes = {uri: manifest.sha256_file(path) for uri, path in files}
     vocab_uri, manifest_uri = _targets(output)
     if not storage.is_s3(manifest_uri) and storage.local_path(manifest_uri).is_file():

@@ -18,53 +18,18 @@ log = logging.getLogger(__name__)
 # What the logged model needs installed to load; inferring it would import and probe the whole environment.
 PIP_REQUIREMENTS = ["bert-pipeline", "torch", "safetensors", "numpy", "pandas"]
 
-_PYFUNC_CLASS: type | None = None
-
-
-def _pyfunc_class() -> type:
-    """Built on first use so that importing this module does not import mlflow; module-level `__getattr__`
-    exposes it as `bert_core.deploy.mlflow_model.BertTaskModel`, so MLflow pickles it by reference and
-    loads it from the installed package."""
-    global _PYFUNC_CLASS
-    if _PYFUNC_CLASS is None:
-        import mlflow.pyfunc
-
-        class BertTaskModel(mlflow.pyfunc.PythonModel):
-            """Loads the logged model directory; predict(records) -> one answer per record."""
-
-            def load_context(self, context):
-                from bert_core.deploy.serving import TaskPredictor
-
-                self.model_dir = context.artifacts["model_dir"]
-                served = context.model_config or {}
-                # An export's graph (ONNX Runtime) when one was logged with the model, else eager PyTorch;
-                # its INT8 graph when logged to serve that.
-                self.predictor = TaskPredictor.from_model_dir(self.model_dir,
-                                                              export_dir=context.artifacts.get("export_dir"),
-                                                              quantized=bool(served.get("quantized")))
-                # What promotion compares the served answers with (None: the model's check_examples.json).
-                self.checks = served.get("checks")
-
-            def predict(self, context, model_input, params=None) -> list[dict[str, Any]]:
-                from mlflow.exceptions import MlflowException
-                from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
-
-                from bert_core.deploy.serving import InvalidRequest
-
-                try:
-                    return self.predictor.predict(model_input)
-                except InvalidRequest as exc:
-                    raise MlflowException(str(exc), error_code=INVALID_PARAMETER_VALUE) from None
-
-        BertTaskModel.__module__ = __name__
-        BertTaskModel.__qualname__ = "BertTaskModel"
-        _PYFUNC_CLASS = BertTaskModel
-    return _PYFUNC_CLASS
+# MLflow's "models from code" file: logged with every model and run when it loads (no CloudPickle of an object).
+PYFUNC_CODE = Path(__file__).with_name("mlflow_pyfunc_entry.py")
 
 
 def __getattr__(name: str):
+    # Models logged before the class moved to bert_core.deploy.mlflow_pyfunc were pickled by reference to
+    # `bert_core.deploy.mlflow_model.BertTaskModel`: they still load. (Imported here on demand, so that importing
+    # this module does not import mlflow.)
     if name == "BertTaskModel":
-        return _pyfunc_class()
+        from bert_core.deploy.mlflow_pyfunc import BertTaskModel
+
+        return BertTaskModel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -130,7 +95,7 @@ def pyfunc_spec(model_dir: str | Path, export_dir: str | Path | None = None, qua
     artifacts = {"model_dir": str(model_dir)}
     if export_dir is not None:
         artifacts["export_dir"] = str(export_dir)
-    spec = {"python_model": _pyfunc_class()(), "artifacts": artifacts, "pip_requirements": PIP_REQUIREMENTS}
+    spec = {"python_model": str(PYFUNC_CODE), "artifacts": artifacts, "pip_requirements": PIP_REQUIREMENTS}
     if not (Path(model_dir) / "vocab.txt").is_file():
         # Logged all the same (a run's weights are never dropped), but it cannot read text: loading it says so,
         # and promotion, which loads it, refuses it.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bert_core.errors import BertPipelineError
-from bert_core.options import option, option_like
+from bert_core.options import Form, option, option_like
 from bert_core.tasks import catalog
 from bert_core.train.config import (
     OPTIMIZATION,
@@ -47,13 +47,15 @@ class SquadOptions:
     """How SQuAD input is windowed and answers are picked: the same flags in `finetune` and `predict`, the same
     defaults in `export`'s evaluation (BERT's run_squad.py defaults)."""
 
-    doc_stride: int = option(128, "tokens between the starts of a long context's windows", group=SQUAD)
-    max_query_length: int = option(64, "question tokens kept", group=SQUAD)
-    n_best_size: int = option(20, "candidate answers kept per question (nbest_predictions.json)", group=SQUAD)
-    max_answer_length: int = option(30, "longest answer in tokens", group=SQUAD)
-    version_2: bool = option(False, "SQuAD 2.0: questions may have no answer", group=SQUAD)
+    doc_stride: int = option(128, "tokens between the starts of a long context's windows", group=SQUAD,
+                             section=Form.SQUAD)
+    max_query_length: int = option(64, "question tokens kept", group=SQUAD, section=Form.SQUAD)
+    n_best_size: int = option(20, "candidate answers kept per question (nbest_predictions.json)", group=SQUAD,
+                              section=Form.SQUAD)
+    max_answer_length: int = option(30, "longest answer in tokens", group=SQUAD, section=Form.SQUAD)
+    version_2: bool = option(False, "SQuAD 2.0: questions may have no answer", group=SQUAD, section=Form.SQUAD)
     null_score_diff_threshold: float = option(
-        0.0, "SQuAD 2.0: answer '' when null score - best span score exceeds this", group=SQUAD)
+        0.0, "SQuAD 2.0: answer '' when null score - best span score exceeds this", group=SQUAD, section=Form.SQUAD)
 
     def squad_options(self) -> SquadOptions:
         """Just these options (from a config composed of them)."""
@@ -64,28 +66,34 @@ class SquadOptions:
 class FinetuneConfig(TrackingConfig, RayTrainConfig, SquadOptions, OptimizerConfig):
     GROUPS = (TASK, OPTIMIZATION, SQUAD, TRACKING, RAY)  # the --help sections, in this order
 
-    task: str = option(help="the task (GLUE names are case-insensitive)", group=TASK, positional=True,
+    task: str = option(help="the task (GLUE names are case-insensitive)", group=TASK, section=Form.DATA,
+                       positional=True,
                        metavar="TASK")
     data_dir: str = option(help="directory with the task's files as distributed (GLUE: train.tsv, dev.tsv [, "
                            "test.tsv]; MNLI: dev_matched.tsv, dev_mismatched.tsv; XNLI: train.tsv, dev.tsv, or the "
                            "original xnli.dev.tsv/xnli.test.tsv with XNLI-MT's multinli/ directory; SQuAD: "
-                           "train-v1.1.json, dev-v1.1.json or the v2.0 files; NER: train.txt, dev.txt)", group=TASK)
-    model: str = option(help="pretrained model directory, s3:// URI or zoo name (needs vocab.txt)", group=TASK,
+                           "train-v1.1.json, dev-v1.1.json or the v2.0 files; NER: train.txt, dev.txt)",
+                           group=TASK, section=Form.DATA)
+    model: str = option(help="pretrained model directory, s3:// URI or zoo name (needs vocab.txt)",
+                        group=TASK, section=Form.MODEL,
                         metavar="NAME_OR_DIR")
-    output: str = option(help="output directory (written atomically)", group=TASK, metavar="DIR_OR_URI")
-    overwrite: bool = option(False, "replace an existing output directory", group=TASK)
+    output: str = option(help="output directory (written atomically)", group=TASK, section=Form.STORAGE,
+                         metavar="DIR_OR_URI")
+    overwrite: bool = option(False, "replace an existing output directory", group=TASK, section=Form.STORAGE)
     language: str | None = option(None, "XNLI: rows of this language in the original multi-language files "
                                   "xnli.dev.tsv/xnli.test.tsv, and the XNLI-MT train file "
-                                  "multinli/multinli.train.<language>.tsv looked for in --data-dir", group=TASK,
+                                  "multinli/multinli.train.<language>.tsv looked for in --data-dir",
+                                  group=TASK, section=Form.DATA,
                                   default_help="zh")
     train_file: str | None = option(None, "train on this file instead of the one in --data-dir, e.g. XNLI-MT-1.0's "
                                     "multinli/multinli.train.en.tsv for XNLI's zero-shot setting (dev/test rows "
-                                    "still picked by --language)", group=TASK, metavar="FILE")
-    max_train_examples: int | None = option(None, "train on the first N rows/windows only (quick runs)", group=TASK)
+                                    "still picked by --language)", group=TASK, section=Form.DATA, metavar="FILE")
+    max_train_examples: int | None = option(None, "train on the first N rows/windows only (quick runs)",
+                                            group=TASK, section=Form.DATA)
 
     batch_size: int = option(32, "examples per update, all workers together (split across --num-workers)",
-                             group=OPTIMIZATION)
-    epochs: int = option(3, "passes over the training data", group=OPTIMIZATION)
+                             group=OPTIMIZATION, section=Form.OPTIMIZATION)
+    epochs: int = option(3, "passes over the training data", group=OPTIMIZATION, section=Form.OPTIMIZATION)
     optimizer: str | None = option_like(OptimizerConfig, "optimizer", "adamw")
     lr: float | None = option_like(OptimizerConfig, "lr", 2e-5)
     warmup_ratio: float | None = option_like(OptimizerConfig, "warmup_ratio", 0.1)
@@ -93,12 +101,13 @@ class FinetuneConfig(TrackingConfig, RayTrainConfig, SquadOptions, OptimizerConf
     # the kind (default_max_seq_length), resolved in __post_init__. `max_len` was the classification/NER one.
     max_seq_length: int | None = option(
         None, "tokens per input sequence: classification/regression/NER examples are cut to it (longest text "
-        "first), SQuAD contexts read in windows of it", group=OPTIMIZATION, deprecated=("--max-len",),
+        "first), SQuAD contexts read in windows of it", group=OPTIMIZATION, section=Form.DATA,
+        deprecated=("--max-len",),
         default_help=f"{MAX_SEQ_LENGTH} for classification, regression and NER, {SQUAD_MAX_SEQ_LENGTH} for SQuAD")
-    seed: int = option(2, "random seed", group=OPTIMIZATION)
-    eval_batch_size: int = option(64, "examples per batch when predicting", group=OPTIMIZATION)
+    seed: int = option(2, "random seed", group=OPTIMIZATION, section=Form.OPTIMIZATION)
+    eval_batch_size: int = option(64, "examples per batch when predicting", group=OPTIMIZATION, section=Form.SCALE)
 
-    device: str | None = option(None, "torch device of an in-process run", group=RAY,
+    device: str | None = option(None, "torch device of an in-process run", group=RAY, section=Form.SCALE,
                                 default_help="cuda when available, else cpu")
 
     def __post_init__(self) -> None:

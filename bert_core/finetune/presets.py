@@ -125,27 +125,55 @@ def settings_for(task: str, base: dict[str, Any], preset: str | None = None,
     return settings
 
 
-def grid_for(task: str, search: str | dict[str, list[Any]] | None, preset: str | None = None) -> dict[str, list[Any]]:
-    """The hyperparameter grid of a task: `search` "preset" -> the preset's grid; a dict -> that grid (the
-    same for every task); None/{} -> no search. Values are checked: lists of at least one value of
-    settings a search may vary."""
+def per_task_search(search: Any) -> dict[str, Any] | None:
+    """`search` naming tasks (e.g. {"sst-2": {"lr": [5e-5, 3e-5]}, "rte": "preset"}), as canonical task name ->
+    that task's search; None when `search` is one search for every task."""
+    from bert_core.tasks import catalog as tasks
+
+    if not isinstance(search, dict) or not search:
+        return None
+    named = {}
+    for key, value in search.items():
+        try:
+            named[tasks.get(key).name] = value
+        except BertPipelineError:
+            return None
+    return named
+
+
+def grid_for(task: str, search: str | dict[str, Any] | None, preset: str | None = None) -> dict[str, list[Any]]:
+    """The hyperparameter grid of a task: `search` "preset" -> the preset's grid; a dict of settings -> that grid
+    (the same for every task); a dict of task names -> each named task's own search (either form), no search for
+    the others; None/{} -> no search. Values are checked: lists of at least one value of settings a search may
+    vary."""
+    per_task = per_task_search(search)
+    if per_task is not None:
+        from bert_core.tasks import catalog as tasks
+
+        name = tasks.get(task).name
+        return _grid(task, per_task.get(name), preset, f"search.{name}")
+    return _grid(task, search, preset, "search")
+
+
+def _grid(task: str, search: str | dict[str, list[Any]] | None, preset: str | None, where: str
+          ) -> dict[str, list[Any]]:
     if not search:
         return {}
     if search == DEPRECATED_SEARCH:
-        log.warning("search: %r is deprecated; write %r", DEPRECATED_SEARCH, SEARCH_PRESET)
+        log.warning("%s: %r is deprecated; write %r", where, DEPRECATED_SEARCH, SEARCH_PRESET)
         search = SEARCH_PRESET
     if search == SEARCH_PRESET:
         chosen = get(preset)
         if chosen is None or not chosen.grid(task):
-            raise BertPipelineError(f"search: 'preset' needs a preset with a search protocol (bert-paper), "
+            raise BertPipelineError(f"{where}: 'preset' needs a preset with a search protocol (bert-paper), "
                                     f"not {preset or NONE!r}")
         return chosen.grid(task)
     if not isinstance(search, dict):
-        raise BertPipelineError(f"search: expected 'preset' or an object such as {{\"lr\": [5e-5, 3e-5]}}, got "
+        raise BertPipelineError(f"{where}: expected 'preset' or an object such as {{\"lr\": [5e-5, 3e-5]}}, got "
                                 f"{search!r}")
     for key, values in search.items():
         if key not in SEARCHABLE:
-            raise BertPipelineError(f"search.{key}: not a setting a search varies ({', '.join(SEARCHABLE)})")
+            raise BertPipelineError(f"{where}.{key}: not a setting a search varies ({', '.join(SEARCHABLE)})")
         if not isinstance(values, list) or not values:
-            raise BertPipelineError(f"search.{key}: expected a non-empty list of values, got {values!r}")
+            raise BertPipelineError(f"{where}.{key}: expected a non-empty list of values, got {values!r}")
     return {k: list(v) for k, v in search.items()}

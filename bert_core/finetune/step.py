@@ -70,7 +70,8 @@ class Prepared:
     task: catalog.TaskInfo
     model_dir: Path
     adapter: Adapter
-    inputs: dict[str, str]  # path -> sha256 of the files this run reads
+    inputs: dict[str, str]  # path (an s3:// file's URI) -> sha256 of the files this run reads
+    train_input: str  # the train file's key in `inputs`
     # The compute precision, resolved for the device the steps run on (agreed by all workers); None in the
     # driver's check (prepare without a device), which trains nothing.
     precision: PrecisionChoice | None = None
@@ -88,23 +89,33 @@ def prepare(cfg: FinetuneConfig, inputs: dict[str, str] | None = None,
         raise BertPipelineError(f"--data-dir {cfg.data_dir}: no such directory")
     model_dir = resolve_model_dir(cfg.model)
     adapter: Adapter = ADAPTERS[task.kind](task, data_dir, BertTokenizer.from_model_dir(model_dir), cfg)
+    fetched = ((cfg.data_dir, data_dir), (cfg.model, model_dir))
     if inputs is None:
         # Only the files this run reads: a data dir may hold much more (all 15 XNLI-MT train files).
         files = [adapter.train_file()] + [path for _, path in adapter.eval_files()]
         files += [p for p in sorted(model_dir.iterdir()) if p.is_file() and p.suffix in (".safetensors", ".bin")]
-        inputs = {str(p): manifest.sha256_file(p) for p in files}
+        inputs = {_input_uri(p, fetched): manifest.sha256_file(p) for p in files}
     precision = None if device is None else agreed(dist.all_gather_objects(resolve_precision(cfg.dtype, device)))
-    return Prepared(task, model_dir, adapter, inputs, precision)
+    return Prepared(task, model_dir, adapter, inputs, _input_uri(adapter.train_file(), fetched), precision)
+
+
+def _input_uri(path: Path, fetched: tuple[tuple[str, Path], ...]) -> str:
+    """How the manifest names an input file: by its s3:// URI when it is a cached copy of one (the cache's path
+    differs from one machine, or HOME, to the next: a retry elsewhere must find the same inputs)."""
+    for uri, local in fetched:
+        if storage.is_s3(uri) and path.is_relative_to(local):
+            return storage.join(uri, str(path.relative_to(local)))
+    return str(path)
 
 
 def _existing_result(cfg: FinetuneConfig, prepared: Prepared) -> dict | None:
     """The manifest when --output already holds this exact result; an error when it holds anything else
     (unless --overwrite), raised before training rather than after it."""
+    if manifest.is_up_to_date(cfg.output, "finetune", cfg.result_config(), prepared.inputs):
+        return manifest.read(cfg.output)
     if storage.is_s3(cfg.output):
         taken = storage.exists(cfg.output)
     else:
-        if manifest.is_up_to_date(cfg.output, "finetune", cfg.result_config(), prepared.inputs):
-            return manifest.read(cfg.output)
         out = storage.local_path(cfg.output)
         taken = out.exists() and (not out.is_dir() or any(out.iterdir()))
     if taken and not cfg.overwrite:
@@ -285,7 +296,7 @@ def train(cfg: FinetuneConfig, tracker: Tracker, prepared: Prepared,
     # Dev predictions (the scored metrics, the check examples promotion compares the served model with) run in
     # float32: the model is saved and served in float32.
     scoring = Precision("float32", device)
-    tracker.set_tags(standard_tags(prepared.inputs.get(str(adapter.train_file()))))
+    tracker.set_tags(standard_tags(prepared.inputs.get(prepared.train_input)))
     tracker.log_params({**{k: v for k, v in cfg.result_config().items() if v is not None}, "world_size": world,
                         "precision": prepared.precision.dtype, "precision_reason": prepared.precision.reason})
     if rank == 0:

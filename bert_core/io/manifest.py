@@ -39,6 +39,14 @@ def _jsonable(config: Any) -> Any:
     return json.loads(json.dumps(config, default=str))
 
 
+def _input_uris(inputs: dict[str, str]) -> dict[str, str]:
+    """Inputs by the URI they were read from: a file read through the local copy of an s3:// prefix is recorded by
+    its s3:// URI, which the next task, on any machine, can resolve (ARCHITECTURE §2: inputs are URIs)."""
+    from bert_core.io import storage
+
+    return {storage.source_uri(uri): digest for uri, digest in inputs.items()}
+
+
 def build(step: str, config: Any, inputs: dict[str, str], out_dir: str | os.PathLike,
           outputs: list[str], started_at: str, metrics: dict[str, float] | None = None,
           extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -47,7 +55,7 @@ def build(step: str, config: Any, inputs: dict[str, str], out_dir: str | os.Path
     manifest: dict[str, Any] = {
         "step": step,
         "config": _jsonable(config),
-        "inputs": [{"uri": uri, "sha256": digest} for uri, digest in sorted(inputs.items())],
+        "inputs": [{"uri": uri, "sha256": digest} for uri, digest in sorted(_input_uris(inputs).items())],
         "outputs": [{"path": rel, "sha256": sha256_file(out / rel)} for rel in sorted(outputs)],
         "started_at": started_at,
         "finished_at": now(),
@@ -85,9 +93,18 @@ def read(out_dir: str | os.PathLike) -> dict[str, Any]:
 
 
 def verify_outputs(out_dir: str | os.PathLike, manifest: dict[str, Any] | None = None) -> list[str]:
-    """Problems with the outputs a manifest lists (missing or changed files); empty when intact."""
-    out = Path(out_dir)
-    manifest = manifest if manifest is not None else read(out)
+    """Problems with the outputs a manifest lists (missing or changed files); empty when intact.
+
+    Under an s3:// prefix every listed output must be there (one listing of the prefix); their hashes are not
+    read back, which would download the whole output: the manifest is uploaded last, after every output it
+    lists (storage.atomic_output_dir), and objects are written whole."""
+    from bert_core.io import storage
+
+    manifest = manifest if manifest is not None else read(out_dir)
+    if storage.is_s3(str(out_dir)):
+        present = set(storage.list_files(str(out_dir)))
+        return [f"{entry['path']}: missing" for entry in manifest["outputs"] if entry["path"] not in present]
+    out = storage.local_path(out_dir)
     problems = []
     for entry in manifest["outputs"]:
         path = out / entry["path"]
@@ -105,5 +122,5 @@ def is_up_to_date(out_dir: str | os.PathLike, step: str, config: Any, inputs: di
     except (FileNotFoundError, BertPipelineError):
         return False
     same = (manifest["step"] == step and manifest["config"] == _jsonable(config)
-            and {i["uri"]: i["sha256"] for i in manifest["inputs"]} == inputs)
+            and {i["uri"]: i["sha256"] for i in manifest["inputs"]} == _input_uris(inputs))
     return same and not verify_outputs(out_dir, manifest)

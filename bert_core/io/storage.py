@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,12 +96,21 @@ def list_files(uri: str) -> list[str]:
     return sorted(_s3_objects(uri))
 
 
+def _temp_name(path: Path, kind: str) -> Path:
+    """A name beside `path` that no other writer uses: processes (Ray workers on one node share its cache) and
+    threads may write the same file at once, and each renames its own copy into place."""
+    return path.with_name(f".{path.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
 def download_file(uri: str, dest: Path) -> None:
     bucket, key = split_s3(uri)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".part")
-    s3_client().download_file(bucket, key, str(tmp))
-    os.replace(tmp, dest)
+    tmp = _temp_name(dest, "part")
+    try:
+        s3_client().download_file(bucket, key, str(tmp))
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def upload_file(src: Path, uri: str) -> None:
@@ -128,7 +138,7 @@ def write_text(uri: str, text: str) -> None:
         return
     path = local_path(uri)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = _temp_name(path, "tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
@@ -137,27 +147,82 @@ def cache_root() -> Path:
     return Path(os.environ.get("BERT_PIPELINE_CACHE", Path.home() / ".cache" / "bert-pipeline"))
 
 
+# In each cached copy of an s3 prefix: the prefix's URI, so a path in the copy can be named by its URI (source_uri).
+SOURCE_FILE = ".source-uri"
+
+
+# The two caches of s3:// content: copies of prefixes (local_dir) and of single objects (local_file).
+_CACHES = ("s3", "s3-objects")
+
+
+def _mark_source(directory: Path, uri: str) -> None:
+    """Record, in a cache directory, the s3:// prefix whose files it holds (read back by source_uri)."""
+    source = directory / SOURCE_FILE
+    if not source.is_file():
+        directory.mkdir(parents=True, exist_ok=True)
+        source.write_text(uri.rstrip("/") + "\n")
+
+
+def source_uri(path: str | os.PathLike) -> str:
+    """What a local path stands for, for the record: the s3:// URI of an object when the path is in a cached copy
+    (local_dir, local_file: another machine can read the URI, not this machine's cache), else the path itself."""
+    text = str(path)
+    if is_s3(text):
+        return text
+    absolute = Path(text).absolute()
+    for cache in _CACHES:
+        root = (cache_root() / cache).absolute()
+        if root not in absolute.parents:
+            continue
+        parts = absolute.relative_to(root).parts
+        source = root / parts[0] / SOURCE_FILE
+        if source.is_file():
+            return join(source.read_text().strip(), *parts[1:]) if parts[1:] else source.read_text().strip()
+    return text
+
+
+def local_file(uri: str) -> Path:
+    """A local file with the content of `uri`: the path itself, or a cached copy of an s3 object (keyed by its URI
+    and ETag: a changed object is fetched again; downloaded under a temporary name)."""
+    if not is_s3(uri):
+        return local_path(uri)
+    bucket, key = split_s3(uri)
+    etag = s3_client().head_object(Bucket=bucket, Key=key)["ETag"].strip('"')
+    target = cache_root() / _CACHES[1] / hashlib.sha256(f"{uri}\0{etag}".encode()).hexdigest()[:24]
+    dest = target / Path(key).name
+    if not dest.exists():
+        _mark_source(target, uri.rsplit("/", 1)[0])
+        log.info("fetching %s", uri)
+        download_file(uri, dest)
+    return dest
+
+
 def local_dir(uri: str) -> Path:
     """A local directory holding the files of `uri`: the path itself, or a cached copy of an s3 prefix.
 
     The cache key is the URI; a cached file is fetched again when its object's ETag changed, and
-    every file is downloaded under a temporary name so a killed download never looks complete.
+    every file is downloaded under a temporary name of its own so a killed download never looks complete and
+    several processes (the Ray workers of one node) may fill the same cache at once.
     """
     if not is_s3(uri):
         return local_path(uri)
     objects = _s3_objects(uri)
     if not objects:
         raise BertPipelineError(f"{uri}: no objects under this prefix")
-    target = cache_root() / "s3" / hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
+    target = cache_root() / _CACHES[0] / hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
+    _mark_source(target, uri)
     etag_file = target / ".etags.json"
-    cached = json.loads(etag_file.read_text()) if etag_file.exists() else {}
+    try:
+        cached = json.loads(etag_file.read_text()) if etag_file.exists() else {}
+    except ValueError:  # not expected (it is replaced whole); a lost record only costs a download
+        cached = {}
     for name, etag in sorted(objects.items()):
         dest = target / name
         if not dest.exists() or cached.get(name) != etag:
             log.info("downloading %s/%s", uri.rstrip("/"), name)
             download_file(join(uri, name), dest)
             cached[name] = etag
-            etag_file.write_text(json.dumps(cached))
+            write_text(str(etag_file), json.dumps(cached))
     return target
 
 

@@ -9,10 +9,10 @@ MLflow specifics:
   $BERT_PIPELINE_HOME or ./.bert-pipeline. Any sqlite store keeps its artifacts beside its database
   (`mlartifacts/`); $BERT_PIPELINE_ARTIFACT_ROOT overrides (`artifact_location`).
 - Tags: git_sha, pipeline_run_id (Airflow's AIRFLOW_CTX_DAG_RUN_ID when under Airflow), data_sha256.
-- The final model is logged as an MLflow *logged model* (the task pyfunc of bert_core.deploy.mlflow_model,
-  whose artifact is the model directory: config.json + model.safetensors + vocab.txt [+ task.json]), so the
-  registry step can register `runs:/<run_id>/model` and `mlflow models serve` can serve it; a bare artifact
-  directory could be neither.
+- The final model is logged as an MLflow *logged model* named `model` (the task pyfunc of
+  bert_core.deploy.mlflow_model, whose artifact is the model directory: config.json + model.safetensors +
+  vocab.txt [+ task.json]), so the registry step can register it (from its own URI, `models:/m-...`, found by
+  run and name) and `mlflow models serve` can serve it; a bare artifact directory could be neither.
 """
 
 from __future__ import annotations
@@ -179,7 +179,16 @@ class MlflowTracker(Tracker):
         log.info("MLflow run %s in experiment %r at %s", self.run_id, experiment, self.tracking_uri)
 
     def log_params(self, params: dict[str, Any]) -> None:
-        self._mlflow.log_params(flatten_params(params))
+        """Log params; one the run already has with another value keeps its first value. MLflow refuses to change
+        a param, and a Ray Train worker group restarted without a checkpoint (a node lost before the first one)
+        logs its params again into the driver's run, with its own world size."""
+        flat = flatten_params(params)
+        logged = self._mlflow.MlflowClient(self.tracking_uri).get_run(self.run_id).data.params
+        kept = {k: (logged[k], v) for k, v in flat.items() if k in logged and logged[k] != v}
+        if kept:
+            log.info("MLflow run %s keeps the first value of %s", self.run_id,
+                     ", ".join(f"{k}={old} (now {new})" for k, (old, new) in kept.items()))
+        self._mlflow.log_params({k: v for k, v in flat.items() if k not in kept})
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         self._mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step)

@@ -48,6 +48,11 @@ def cluster_address() -> str | None:
     return address or None
 
 
+# The GCS address of the local instance connect() started in this process (None: it joined a cluster, or
+# started none): such an instance is this machine alone, and no other node joins it.
+_local_instance: str | None = None
+
+
 def connect(local_cpus: int | None = None, **init_kwargs: Any) -> None:
     """Join the cluster at RAY_ADDRESS, or start a fresh local Ray with `local_cpus` CPUs (None: all).
 
@@ -55,7 +60,18 @@ def connect(local_cpus: int | None = None, **init_kwargs: Any) -> None:
     file points at. A process already connected (a test, a notebook, a job driver) stays as it is."""
     import ray
 
+    global _local_instance
     if ray.is_initialized():
         return
     address = cluster_address()
     ray.init(address=address or "local", num_cpus=None if address else local_cpus, **init_kwargs)
+    _local_instance = None if address else ray.get_runtime_context().gcs_address
+
+
+def on_local_instance() -> bool:
+    """Whether this process is connected to the single-machine Ray that connect() started here (not to a
+    cluster it joined, nor to one a test or notebook connected to itself)."""
+    import ray
+
+    return ray.is_initialized() and _local_instance is not None and \
+        ray.get_runtime_context().gcs_address == _local_instance

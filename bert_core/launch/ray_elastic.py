@@ -19,6 +19,17 @@ checkpoint after a failure, and its preemption watcher for drained nodes. This m
   `recompute` option), and a decision for more workers than the live, not draining nodes can hold is
   turned back with Ray's retryable WorkerGroupStartupFailedError: the controller decides again a second
   later, on the fresh view. Ray still makes every decision; this only refuses one it cannot carry out.
+  While an elastic group runs, the same refresh is asked for as soon as the live nodes could hold another
+  number of workers than the group has (checked every few seconds): a node that joins (or comes back) is
+  then in the view the policy reads at its next --resize-interval check, not up to 20 s later.
+
+Growing is Ray's own resize: every --resize-interval seconds the elastic policy of a running group counts the
+workers the cluster could hold; when that differs from the group's size, the controller stops the group and
+starts one of the new size, which resumes from the latest reported checkpoint. Ray 2.60 gives a running group
+no notice before a resize (unlike a drain), so the workers look themselves: rank 0 checks the nodes as often as
+the controller does and, once a larger group fits, the group checkpoints at the next step boundary
+(ray_train.RayPreemption.grow_possible); the resize then redoes only the steps since that checkpoint, not
+those since the last periodic one.
 
 The controller calls `after_controller_state_update` on every iteration of its loop (every few tenths of a
 second), also when the state did not change, which is what makes the timeout check possible here.
@@ -47,6 +58,11 @@ from ray.train.v2._internal.execution.controller.state import (
 from bert_core.errors import BertPipelineError
 
 log = logging.getLogger(__name__)
+
+# How often a running elastic group below its maximum compares the placeable workers with its size (a
+# ray.nodes() call): the controller, to refresh the elastic policy's view, and rank 0, to checkpoint before
+# the resize (bert_core.launch.ray_train.RayPreemption.grow_possible).
+NODE_CHECK_S = 2.0
 
 # States in which the controller is waiting for a worker group to be placed (or to start).
 _WAITING = (InitializingState, RestartingState, ReschedulingState, SchedulingState, ResizingState)
@@ -108,9 +124,13 @@ def format_resources(resources: dict[str, float]) -> str:
 class WorkerGroupWatch(ControllerCallback, ReportCallback):
     """Logs worker-group resizes (driver log and MLflow) and bounds the wait for placement; see the module doc."""
 
+    RUNNING_CHECK_S = NODE_CHECK_S
+
     def __init__(self, step_name: str, min_workers: int, resources: dict[str, float], placement_timeout_s: float,
-                 tracking_uri: str | None = None, mlflow_run_id: str | None = None, elastic: bool = False):
+                 tracking_uri: str | None = None, mlflow_run_id: str | None = None, elastic: bool = False,
+                 max_workers: int | None = None):
         self.step_name, self.min_workers, self.resources = step_name, min_workers, dict(resources)
+        self.max_workers = max_workers if max_workers is not None else min_workers
         self.placement_timeout_s = placement_timeout_s
         self.tracking_uri, self.mlflow_run_id = tracking_uri, mlflow_run_id
         self.world = 0  # size of the group that last ran
@@ -120,6 +140,8 @@ class WorkerGroupWatch(ControllerCallback, ReportCallback):
         self.resizes = 0
         self.elastic = elastic  # a MIN:MAX group: Ray's elastic policy decides its size
         self._refreshed = 0.0
+        self._checked = 0.0  # last placeable-workers check of a running group
+        self._refreshed_for: int | None = None  # the worker count the last running-group refresh was for
         self._client: Any = None
 
     # -- Ray Train hooks (run in the controller actor)
@@ -145,6 +167,8 @@ class WorkerGroupWatch(ControllerCallback, ReportCallback):
             if current_state is not previous_state or now - self._refreshed > 2.0:
                 refresh_cluster_view()
                 self._refreshed = now
+        elif isinstance(current_state, RunningState) and self.elastic:
+            self._watch_running_group()
         if isinstance(current_state, SchedulingState) and not isinstance(previous_state, SchedulingState):
             wanted = current_state.scaling_decision.num_workers
             placeable = placeable_workers(self.resources)
@@ -156,6 +180,22 @@ class WorkerGroupWatch(ControllerCallback, ReportCallback):
         self._check_placement(current_state)
 
     # -- helpers
+
+    def _watch_running_group(self) -> None:
+        """Refresh the elastic policy's view once the live nodes could hold another number of workers than the
+        running group has (a node joined or came back; or left without failing the group)."""
+        now = time.monotonic()
+        if now - self._checked < self.RUNNING_CHECK_S:
+            return
+        self._checked = now
+        fits = min(placeable_workers(self.resources), self.max_workers)
+        if fits != self.world and fits >= self.min_workers and fits != self._refreshed_for:
+            refresh_cluster_view()
+            self._refreshed_for = fits  # once per change, not every check
+            log.info("%s: the live nodes hold %d workers, the group has %d: Ray Train resizes it at its next "
+                     "--resize-interval check", self.step_name, fits, self.world)
+        elif fits == self.world:
+            self._refreshed_for = None
 
     def _resized(self, new: int) -> None:
         old, why = self.world, self.why

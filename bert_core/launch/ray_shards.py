@@ -39,7 +39,10 @@ def open_ray_executor(vocab_file: Path, config: ShardConfig, workers: int, stats
 
     if os.environ.get("RAY_ADDRESS"):
         cluster_address()  # refuses a job server URL, which a driver cannot join
-    connect(log_to_driver=False)
+    # Workers' output is forwarded (Ray's default): this connection is the process's, and a later step of the same
+    # process (an Airflow task process under dag.test(), pretraining after make-shards) would otherwise lose its
+    # workers' lines from the task's log; a unit itself only says something worth reading (an empty input).
+    connect()
     # A unit is a pure function of its arguments (its own seed), so running it again on another node gives the
     # same bytes. Ray retries a task whose worker or node died, and runs a finished one again when its result
     # was lost with its node before the driver fetched it; both use up max_retries. Errors the unit raises

@@ -45,8 +45,8 @@ from bert_core.deploy.mlflow_model import pyfunc_spec
 from bert_core.errors import BertPipelineError
 from bert_core.io import storage
 from bert_core.io.tracking import NullTracker, Tracker, build_tracker, pipeline_home
-from bert_core.launch.ray_cluster import connect, worker_env
-from bert_core.launch.ray_elastic import WorkerGroupWatch
+from bert_core.launch.ray_cluster import connect, on_local_instance, worker_env
+from bert_core.launch.ray_elastic import NODE_CHECK_S, WorkerGroupWatch, placeable_workers
 from bert_core.train.checkpointing import step_dir_name
 from bert_core.train.step_spec import Plan, StepHook, StepSpec, Worker
 
@@ -63,7 +63,16 @@ def run_name(spec: StepSpec, config: Any) -> str:
 
 
 def storage_path(config: Any) -> str:
-    return config.storage or str(pipeline_home() / "ray_results")
+    """--storage; else, for an s3:// --output, `ray_results` beside it: every node sees it, and so does a retry
+    of the run on another machine (an Airflow task retried on another worker resumes from its checkpoints);
+    else $BERT_PIPELINE_HOME/ray_results."""
+    if config.storage:
+        return config.storage
+    if storage.is_s3(config.output):
+        bucket, key = storage.split_s3(config.output.rstrip("/"))
+        parent = key.rsplit("/", 1)[0] if "/" in key else ""
+        return storage.join(f"s3://{bucket}", *([parent] if parent else []), "ray_results")
+    return str(pipeline_home() / "ray_results")
 
 
 def _absolute(value: str | None, only_existing: bool = False) -> str | None:
@@ -92,6 +101,20 @@ HOLD_AFTER_DEADLINE_S = 120.0
 HOLD_WITHOUT_DEADLINE_S = 900.0
 
 
+# A drain notice's last checkpoint is to be committed this long before the deadline: room for a slow step or
+# checkpoint, and for a cloud that takes the machine a little early. Notices shorter than this plus one
+# checkpoint get no training after the just-in-time checkpoint.
+DRAIN_MARGIN_S = 10.0
+
+
+def steps_before_deadline(deadline_s: float, now: float, step_s: float, checkpoint_s: float,
+                          margin_s: float = DRAIN_MARGIN_S) -> int:
+    """How many more steps of `step_s` fit before a checkpoint of `checkpoint_s` must start to end `margin_s`
+    before the deadline (epoch seconds); one step is kept in reserve."""
+    room = deadline_s - now - margin_s - checkpoint_s
+    return max(0, int(room // max(step_s, 1e-3)) - 1)
+
+
 def hold_limit(deadline_ms: int | None, now: float) -> float:
     """The time (time.time()) until which workers hold after a drain notice with this deadline."""
     if deadline_ms is None:
@@ -100,21 +123,62 @@ def hold_limit(deadline_ms: int | None, now: float) -> float:
 
 
 class RayPreemption:
-    """Drain notices from Ray Train's preemption watcher (bert_core.train.step_spec.Preemption).
+    """Drain notices from Ray Train's preemption watcher, and room for a larger elastic group
+    (bert_core.train.step_spec.Preemption; the latter: `grow_possible`, see bert_core.launch.ray_elastic).
 
     `ray.train.get_preemption_info()` is a barrier across the workers, so every worker asks after the same
-    steps. After the just-in-time checkpoint the workers hold: Ray Train's controller restarts the group (from
-    that checkpoint) when the drained node goes or its deadline passes (FailureConfig.preemption_grace_s later),
-    charged to FailureConfig.max_preemption_failures (default: unlimited), not to --max-failures. A group that is
-    not replaced by `hold_limit` fails instead, so Ray Train restarts it from the same checkpoint (charged to
-    --max-failures): no step is lost either way, and nothing waits forever."""
+    steps. After the just-in-time checkpoint the workers train on while the notice's deadline leaves room
+    (`steps_before_deadline`: the last checkpoint committed DRAIN_MARGIN_S before it), checkpoint again and
+    hold: Ray Train's controller restarts the group (from that checkpoint) when the drained node goes or its
+    deadline passes (FailureConfig.preemption_grace_s later), charged to FailureConfig.max_preemption_failures
+    (default: unlimited), not to --max-failures. A group that is not replaced by `hold_limit` fails instead, so
+    Ray Train restarts it from the same checkpoint (charged to --max-failures): no step is lost either way, and
+    nothing waits forever."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_workers: int = 1, resources: dict[str, float] | None = None) -> None:
         self.info: Any = None
+        self.max_workers, self.resources = max_workers, dict(resources or {})
+        self._checked = 0.0  # last node check (rank 0)
+        self._told: int | None = None  # the larger size grow_possible last said yes for
+
+    @property
+    def may_grow(self) -> bool:
+        return ray.train.get_context().get_world_size() < self.max_workers
+
+    def grow_possible(self) -> bool:
+        """Rank 0, at most every NODE_CHECK_S: True once the live, not draining nodes could hold a larger group
+        (up to the maximum); Ray Train's elastic policy resizes at its next --resize-interval check."""
+        context = ray.train.get_context()
+        now = time.monotonic()
+        if context.get_world_rank() != 0 or now - self._checked < NODE_CHECK_S:
+            return False
+        self._checked = now
+        world = context.get_world_size()
+        fits = min(placeable_workers(self.resources), self.max_workers)
+        if fits <= world:
+            self._told = None
+            return False
+        if fits == self._told:
+            return False
+        self._told = fits
+        log.warning("%d workers fit on the cluster now (the group has %d): checkpointing, so that Ray Train's "
+                    "resize continues from here", fits, world)
+        return True
 
     def noticed(self, step: int) -> bool:
         self.info = ray.train.get_preemption_info()
         return self.info is not None
+
+    def steps_left(self, step_seconds: float, checkpoint_seconds: float) -> int:
+        info = self.info
+        left = (0 if info.deadline_ms is None else
+                steps_before_deadline(info.deadline_ms / 1000, time.time(), step_seconds, checkpoint_seconds))
+        if left and ray.train.get_context().get_world_rank() == 0:
+            log.warning("drain notice for node %s (deadline in %.0f s): training on for about %d steps (%.2f s "
+                        "each), then one more checkpoint (the last took %.1f s) %.0f s before the deadline",
+                        ", ".join(n[:8] for n in info.preempted_node_ids), info.deadline_ms / 1000 - time.time(),
+                        left, step_seconds, checkpoint_seconds, DRAIN_MARGIN_S)
+        return left
 
     def hold(self, step: int) -> None:
         info = self.info
@@ -176,8 +240,9 @@ def _worker(payload: dict[str, Any]) -> dict[str, Any]:
         resume_dir = Path(ckpt_dir) if ckpt_dir else None
         if spec.resumable and (resume_dir is not None or config.resume in ("latest", "auto")):
             config = dataclasses.replace(config, resume=None)  # Ray's checkpoint is the one to resume from
+        preemption = RayPreemption(**payload["group"]) if spec.resumable else None
         worker = Worker(device, RayCheckpointStore() if spec.resumable else None, resume_dir, payload["hooks"],
-                        RayPreemption() if spec.resumable else None)
+                        preemption)
         return spec.work(config, payload["plan"], tracker, worker)
 
 
@@ -192,6 +257,32 @@ def _root_error(exc: BaseException) -> BaseException:
     return exc
 
 
+# Ray Train starts a PreemptionWatcher actor for each worker group: it relays a node's drain notice to
+# ray.train.get_preemption_info(), which RayPreemption asks. Ray creates it restartable (max_restarts=-1) with the
+# workers' actor handles as constructor arguments, and Ray core logs an error for any such actor when it is
+# created ("... has constructor arguments in the object store and max_restarts > 0", ray-project/ray#53727).
+# The watcher is only of use to a resumable step (the others keep no checkpoint to save on a notice) on a
+# cluster whose nodes can be drained; the local instance connect() starts is this machine alone, and if its only
+# node went, the driver would go with it. So it runs where it can act, and nowhere else (a value of
+# PREEMPTION_WATCHER_ENV the user set wins). On a cluster the error line stays: the handles it warns about belong
+# to the worker group, which outlives the watcher (Ray Train kills the watcher before replacing the group).
+PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
+
+
+@contextlib.contextmanager
+def preemption_watcher(enabled: bool):
+    """While the block runs, Ray Train starts the preemption watcher only when `enabled` (it reads the variable
+    when fit() creates its controller, and passes it on to it)."""
+    if enabled or PREEMPTION_WATCHER_ENV in os.environ:
+        yield
+        return
+    os.environ[PREEMPTION_WATCHER_ENV] = "0"
+    try:
+        yield
+    finally:
+        os.environ.pop(PREEMPTION_WATCHER_ENV, None)
+
+
 @dataclass
 class _Job:
     name: str  # the Ray run's name under storage
@@ -204,6 +295,7 @@ class _Job:
     max_failures: int
     keep_checkpoints: int | None
     step: str
+    resumable: bool  # takes drain notices (RayPreemption): a checkpoint to save before a node goes
 
     def scaling(self) -> ScalingConfig:
         if self.elastic:
@@ -234,8 +326,10 @@ def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: 
     A BertPipelineError raised on a worker comes back as one (the user's mistake, said once)."""
     connect(local_cpus=max(job.max_workers, os.cpu_count() or 1))  # locally, enough CPUs for one worker each
     env = worker_env()
+    payload = {**payload, "group": {"max_workers": job.max_workers, "resources": job.resources()}}
     watch = WorkerGroupWatch(job.step, job.min_workers, job.resources(), job.placement_timeout,
-                             payload.get("tracking_uri"), payload.get("mlflow_run_id"), elastic=job.elastic)
+                             payload.get("tracking_uri"), payload.get("mlflow_run_id"), elastic=job.elastic,
+                             max_workers=job.max_workers)
     trainer = TorchTrainer(
         worker,
         train_loop_config=payload,
@@ -252,7 +346,8 @@ def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: 
     log.info("Ray Train: %s%s, run %r under %s", job.describe(), " on GPUs" if job.use_gpu else "",
              job.name, job.storage)
     try:
-        result = trainer.fit()
+        with preemption_watcher(job.resumable and not on_local_instance()):
+            result = trainer.fit()
     except ray.train.TrainingFailedError as exc:
         root_error = _root_error(exc)
         if isinstance(root_error, BertPipelineError):
@@ -286,5 +381,5 @@ def fit(spec: StepSpec, config: Any, plan: Plan, tracker: Tracker, name: str,
     low, high = config.workers()
     job = _Job(name, storage_path(config), max(1, low), max(1, high), config.use_gpu, config.placement_timeout,
                getattr(config, "resize_interval", None), getattr(config, "max_failures", 0),
-               getattr(config, "keep_checkpoints", 0) or None, spec.name)
+               getattr(config, "keep_checkpoints", 0) or None, spec.name, spec.resumable)
     return _fit(_worker, payload, job)

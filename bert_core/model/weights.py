@@ -27,6 +27,11 @@ log = logging.getLogger(__name__)
 
 # Parts of a BERT checkpoint that a class may legitimately not use (another task's head, the pooler).
 _OPTIONAL_PREFIXES = ("bert.pooler.", "cls.", "classifier.", "qa_outputs.")
+# Of those, what a pretrained checkpoint always carries and an encoder or a task head has no place for by
+# design: the pretraining heads (MLM + NSP) and, for the heads without one, the pooler. Dropping them is what
+# loading a pretrained model for a task or for embeddings means, so it is not reported; any other unused
+# weight (a head trained for another task) is a warning.
+_DROPPED_BY_DESIGN = ("cls.", "bert.pooler.")
 # Keys that are not parameters: HF's position-id buffer, and the decoder bias HF duplicates.
 _NON_PARAMETERS = ("bert.embeddings.position_ids", "cls.predictions.decoder.bias")
 _TIED = ("cls.predictions.decoder.weight",)
@@ -42,8 +47,18 @@ class LoadReport:
         if self.newly_initialized:
             log.info("%s: newly initialised (not in the checkpoint, train them): %s", self.source,
                      _summarize(self.newly_initialized))
-        if self.ignored:
-            log.info("%s: checkpoint weights not used by this model: %s", self.source, _summarize(self.ignored))
+        dropped = [k for k in self.ignored if k.startswith(_DROPPED_BY_DESIGN)]
+        if dropped:
+            log.debug("%s: pretraining heads / pooler not used by this model (as designed): %s", self.source,
+                      _summarize(dropped))
+        if self.unexpected_unused:
+            log.warning("%s: checkpoint weights not used by this model (a head trained for another task?): %s",
+                        self.source, _summarize(self.unexpected_unused))
+
+    @property
+    def unexpected_unused(self) -> list[str]:
+        """The unused checkpoint weights that are not BERT's pretraining heads or pooler."""
+        return [k for k in self.ignored if not k.startswith(_DROPPED_BY_DESIGN)]
 
 
 def _summarize(keys: list[str], limit: int = 8) -> str:

@@ -12,7 +12,9 @@ and at the end):
   the end only (it learns later than masked-LM on small models).
 
 The verdict is plain data (`Verdict`); the training loop logs the warnings, tags the MLflow run and
-writes the verdict into the manifest. Nothing here knows about MLflow.
+writes the verdict into the manifest. Its `summary` states the final figures against chance and, separately,
+what the check points saw earlier (a run can be at chance at step 75 and well above it at the end: both true,
+neither contradicting the other). Nothing here knows about MLflow.
 """
 
 from __future__ import annotations
@@ -23,6 +25,23 @@ from dataclasses import dataclass, field
 CHECK_FRACTION = 0.25
 MIN_IMPROVEMENT = 0.01
 CHANCE_MARGIN = 0.02
+# Each pretraining accuracy: what the skill is called, and what scores chance on the same evaluation data.
+CHANCE = {"mlm_accuracy": ("masked-LM prediction", "always the most frequent masked token"),
+          "nsp_accuracy": ("next-sentence prediction", "always the majority label")}
+
+
+def at_chance(value: float, chance: float) -> bool:
+    return value <= chance + CHANCE_MARGIN
+
+
+def chance_findings(metrics: dict[str, float]) -> list[tuple[str, float, float, str]]:
+    """(skill, value, chance, what scores chance) for each accuracy of CHANCE in `metrics` that is at chance
+    (its `<name>_chance` beside it, as a pretraining run's final metrics have)."""
+    found = []
+    for name, (skill, baseline) in CHANCE.items():
+        if name in metrics and f"{name}_chance" in metrics and at_chance(metrics[name], metrics[f"{name}_chance"]):
+            found.append((skill, float(metrics[name]), float(metrics[f"{name}_chance"]), baseline))
+    return found
 
 
 @dataclass(frozen=True)
@@ -38,11 +57,14 @@ class Verdict:
     # "learning"; "warned" (a check point found a problem the end no longer shows, or NSP alone is at chance);
     # "not_learning" (masked-LM accuracy at chance at the end); "too_short" (ended before the first check point)
     status: str = "learning"
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # every problem found, as reported when found
     checked_at: list[int] = field(default_factory=list)
+    earlier: list[str] = field(default_factory=list)  # the check points' problems, told in the past tense
+    summary: str = ""  # set by finish(): the final figures against chance, then what was seen earlier
 
     def as_dict(self) -> dict:
-        return {"status": self.status, "problems": list(self.problems), "checked_at": list(self.checked_at)}
+        return {"status": self.status, "problems": list(self.problems), "checked_at": list(self.checked_at),
+                "summary": self.summary}
 
 
 class LearningWatch:
@@ -82,7 +104,10 @@ class LearningWatch:
             if p <= step:
                 self._done.add(p)
         self.verdict.checked_at.append(step)
-        return self._add({"loss_plateau": self._plateau(step), "mlm_at_chance": self._mlm_at_chance(step)})
+        found = {"loss_plateau": self._plateau(step), "mlm_at_chance": self._mlm_at_chance(step)}
+        new = self._add({kind: f[0] if f else None for kind, f in found.items()})
+        self.verdict.earlier += [f[1] for f in found.values() if f and f[0] in new]
+        return new
 
     def finish(self, step: int, final: dict[str, float], heldout: bool = True) -> Verdict:
         """The end-of-run checks on the final evaluation (on held-out data, or on training data when the run
@@ -93,9 +118,10 @@ class LearningWatch:
         self.verdict.checked_at.append(step)
         nsp = final.get("nsp_accuracy")
         nsp_problem = None
-        if nsp is not None and nsp <= self.baseline.nsp + CHANCE_MARGIN:
+        if nsp is not None and at_chance(nsp, self.baseline.nsp):
             nsp_problem = f"next-sentence accuracy {nsp:.3f} is at chance (majority label {self.baseline.nsp:.3f})"
-        mlm_problem = self._mlm_at_chance(step)
+        mlm_found = self._mlm_at_chance(step)
+        mlm_problem = mlm_found[0] if mlm_found else None
         self._add({"final_mlm_at_chance": mlm_problem, "nsp_at_chance": nsp_problem})
         # The verdict is the state at the end: masked-LM at chance there is a run that did not learn; a
         # warning at a check point that the run has since outgrown (or NSP alone at chance) is "warned".
@@ -105,7 +131,28 @@ class LearningWatch:
             self.verdict.status = "warned"
         elif too_short:
             self.verdict.status = "too_short"
+        self.verdict.summary = self._summary(step, final)
         return self.verdict
+
+    def _summary(self, step: int, final: dict[str, float]) -> str:
+        figures = [self._against_chance("masked-LM accuracy", final["mlm_accuracy"], self.baseline.mlm,
+                                        CHANCE["mlm_accuracy"][1])]
+        if final.get("nsp_accuracy") is not None:
+            figures.append(self._against_chance("next-sentence accuracy", final["nsp_accuracy"], self.baseline.nsp,
+                                                CHANCE["nsp_accuracy"][1]))
+        head = "this run did not learn" if self.verdict.status == "not_learning" else "learning check"
+        text = f"{head}: at the end ({self._final_on}, step {step}), {'; '.join(figures)}."
+        if self.verdict.status == "too_short":
+            text += f" The run ended before the first check point (step {min(self.points)})."
+        if self.verdict.earlier:
+            text += " Seen earlier: " + "; ".join(self.verdict.earlier) + "."
+        return text
+
+    @staticmethod
+    def _against_chance(label: str, value: float, chance: float, meaning: str) -> str:
+        if at_chance(value, chance):
+            return f"{label} {value:.3f} is at chance ({meaning} scores {chance:.3f})"
+        return f"{label} {value:.3f}, {value - chance:.3f} above chance ({meaning} scores {chance:.3f})"
 
     # ------------------------------------------------------------------ the checks
 
@@ -124,7 +171,8 @@ class LearningWatch:
         values = [loss for s, loss in self._losses if end - width < s <= end]
         return sum(values) / len(values) if values else None
 
-    def _plateau(self, step: int) -> str | None:
+    def _plateau(self, step: int) -> tuple[str, str] | None:
+        """(the problem as reported now, the same told in the past tense), or None."""
         if len(self._losses) < 2:
             return None
         width = max(1, step // 8, self._losses[0][0])
@@ -133,18 +181,21 @@ class LearningWatch:
         if now is None or before is None or half <= self._losses[0][0]:
             return None
         if now > before * (1.0 - MIN_IMPROVEMENT):
-            return (f"training loss stopped improving: {before:.4f} around step {half}, {now:.4f} around step "
-                    f"{step} (less than {MIN_IMPROVEMENT:.0%} lower)")
+            figures = (f"{before:.4f} around step {half}, {now:.4f} around step {step} "
+                       f"(less than {MIN_IMPROVEMENT:.0%} lower)")
+            return f"training loss stopped improving: {figures}", f"the training loss had stalled: {figures}"
         return None
 
-    def _mlm_at_chance(self, step: int) -> str | None:
+    def _mlm_at_chance(self, step: int) -> tuple[str, str] | None:
+        """(the problem as reported now, the same told in the past tense), or None."""
         if self._eval is not None and self._eval[0] == step:
             accuracy, where = self._eval[1]["mlm_accuracy"], self._final_on
         elif self._train_mlm is not None:
             accuracy, where = self._train_mlm, "training"
         else:
             return None
-        if accuracy <= self.baseline.mlm + CHANCE_MARGIN:
-            return (f"masked-LM accuracy {accuracy:.3f} ({where}, step {step}) is at chance: always predicting the "
-                    f"most frequent token scores {self.baseline.mlm:.3f}")
+        if at_chance(accuracy, self.baseline.mlm):
+            what = f"masked-LM accuracy {accuracy:.3f} ({where}, step {step})"
+            chance = f"{CHANCE['mlm_accuracy'][1]} scores {self.baseline.mlm:.3f}"
+            return f"{what} is at chance: {chance}", f"{what} was at chance ({chance})"
         return None

@@ -22,8 +22,10 @@ import dataclasses
 import hashlib
 import json
 import logging
+import statistics
 import sys
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,9 +260,9 @@ def preflight(run: RunPlan) -> tuple[dict[str, str], dict[str, Any] | None]:
         # The starting weights are an input like the data: other weights under the same path, another result.
         inputs[storage.join(config.pretrained, run.pretrained_weights.name)] = manifest.sha256_file(
             run.pretrained_weights)
-    if run.output_local is not None and manifest.is_up_to_date(run.output_local, STEP, config.result_config(),
-                                                               inputs):
-        return inputs, manifest.read(run.output_local)
+    target = run.output_local if run.output_local is not None else run.output
+    if manifest.is_up_to_date(target, STEP, config.result_config(), inputs):
+        return inputs, manifest.read(target)
     if _output_taken(run) and not config.overwrite:
         raise BertPipelineError(f"{run.output} already exists and is not this run's result; pass "
                                 "--overwrite to replace it")
@@ -310,7 +312,10 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     `inputs`: the input hashes when a launcher already checked the inputs and the output (its Plan);
     otherwise rank 0 does it here. `hooks` are called after every optimizer step (StepHook). `preemption`:
     asked after every --preemption-check-interval steps whether a node got a drain notice; then a
-    checkpoint is saved at once and the workers hold until the launcher restarts the group without it."""
+    checkpoint is saved at once, training goes on while the notice's deadline leaves room for more steps
+    and one more checkpoint (Preemption.steps_left), and after that checkpoint the workers hold until the
+    launcher restarts the group without the node. An elastic group below its maximum also checkpoints once
+    a larger group could start (Preemption.grow_possible), so that the launcher's resize continues from there."""
     config.validate()
     started = manifest.now()
     rank, world = dist.rank(), dist.world_size()
@@ -345,8 +350,8 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     model = build_model(run)
     model_config = model.config
     run.check_data_fits_model()
-    vocab_file = (config.vocab or getattr(model, "vocab_file", None) or data_dir_files(shards, "vocab.txt")
-                  or recorded_vocab(shards))
+    vocab_file = ((config.vocab and storage.local_file(config.vocab)) or getattr(model, "vocab_file", None)
+                  or data_dir_files(shards, "vocab.txt") or recorded_vocab(shards))
     model.to(device)
 
     stream_cfg = StreamConfig(config.batch_size, config.seed, config.num_buckets, config.use_avg_len)
@@ -403,6 +408,10 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     # In a log file (Ray workers, Airflow) a bar redrawn every second would flood it.
     bar = tqdm(total=total_steps, initial=step, disable=rank != 0 or not config.progress, unit="step",
                dynamic_ncols=True, mininterval=1.0 if sys.stderr.isatty() else 30.0)
+    drain_at: int | None = None  # under a drain notice: the step whose checkpoint is the last one here
+    step_seconds: deque[float] = deque(maxlen=10)  # wall time of the latest steps, checkpoints included
+    checkpoint_seconds = 0.0  # how long the latest checkpoint took
+    step_end = time.perf_counter()
     try:
         while step < total_steps:
             t0 = time.perf_counter()
@@ -435,16 +444,30 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
                 _watch_check(watch, step, tracker, heldout)
             for hook in hooks:
                 hook(step, resumed_from is not None)
+            checkpoint = (ckpt_store, step, model, optimizer, scheduler, precision, stream, config, total_steps,
+                          stream_cfg, world, metrics_from(values))
             saved = bool(config.ckpt_interval and step % config.ckpt_interval == 0 and step < total_steps)
             if saved:
-                _save_checkpoint(ckpt_store, step, model, optimizer, scheduler, precision, stream, config,
-                                 total_steps, stream_cfg, world, metrics_from(values))
-            if (preemption is not None and step < total_steps and step % config.preemption_check_interval == 0
-                    and preemption.noticed(step)):
-                if not saved:  # just in time: the restarted group continues from this very step
-                    _save_checkpoint(ckpt_store, step, model, optimizer, scheduler, precision, stream, config,
-                                     total_steps, stream_cfg, world, metrics_from(values))
-                preemption.hold(step)
+                checkpoint_seconds = _save_checkpoint(*checkpoint)
+            if preemption is not None and preemption.may_grow and drain_at is None and step < total_steps:
+                # Rank 0's answer, summed over the workers: the same decision on all of them.
+                grow = dist.all_reduce_sum(torch.tensor([float(preemption.grow_possible())], device=device))
+                if grow.item() > 0 and not saved:  # the resize restarts from here, not from an older checkpoint
+                    checkpoint_seconds, saved = _save_checkpoint(*checkpoint), True
+            if preemption is not None and step < total_steps:
+                if drain_at is None and step % config.preemption_check_interval == 0 and preemption.noticed(step):
+                    if not saved:  # just in time: nothing before the notice can be lost any more
+                        checkpoint_seconds, saved = _save_checkpoint(*checkpoint), True
+                    typical = statistics.median(step_seconds) if step_seconds else time.perf_counter() - t0
+                    # The same number on every worker: the least of their answers.
+                    drain_at = step + min(dist.all_gather_objects(
+                        preemption.steps_left(typical, checkpoint_seconds)))
+                if drain_at is not None and step >= drain_at:
+                    if not saved:  # the last checkpoint before the node goes: the restarted group continues here
+                        _save_checkpoint(*checkpoint)
+                    preemption.hold(step)
+            step_seconds.append(time.perf_counter() - step_end)
+            step_end = time.perf_counter()
     finally:
         bar.close()
 
@@ -454,7 +477,7 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
                   "mlm_accuracy_over_chance": final["mlm_accuracy"] - watch.baseline.mlm})
     tracker.log_metrics({f"eval_{k}": v for k, v in final.items()}, step)
     verdict = watch.finish(step, final, heldout=eval_shards is not None)
-    _report_verdict(verdict, tracker, eval_shards is not None)
+    _report_verdict(verdict, tracker)
     result_manifest = None
     if rank == 0:
         result_manifest = _write_output(run, model, vocab_file, inputs, started, final, tracker, {
@@ -495,18 +518,13 @@ def _watch_check(watch: LearningWatch, step: int, tracker: Tracker, heldout: dic
     tracker.set_tags({"learning_check": watch.verdict.status})
 
 
-def _report_verdict(verdict, tracker: Tracker, heldout: bool) -> None:
+def _report_verdict(verdict, tracker: Tracker) -> None:
     tracker.set_tags({"learning_check": verdict.status,
                       "learning_check.problems": " | ".join(verdict.problems)[:5000] or "none"})
     if dist.rank() != 0:
         return
-    if verdict.status == "not_learning":
-        log.warning("this run did not learn (%s data): %s", "held-out" if heldout else "training",
-                    "; ".join(verdict.problems))
-    elif verdict.status == "warned":
-        log.warning("learning check: masked-LM accuracy ends above chance, but: %s", "; ".join(verdict.problems))
-    elif verdict.status == "too_short":
-        log.info("learning check: the run was too short for the check points (%s)", verdict.checked_at)
+    # One sentence: the final figures against chance, then what the check points saw earlier.
+    log.log(logging.WARNING if verdict.status in ("not_learning", "warned") else logging.INFO, "%s", verdict.summary)
 
 
 def _log_interval(tracker: Tracker, bar: tqdm, interval: _Interval, result, step: int) -> dict[str, float]:
@@ -535,7 +553,9 @@ def _evaluate(config: PretrainConfig, model: torch.nn.Module, shards: ShardSet, 
 
 def _save_checkpoint(store: CheckpointStore, step: int, model: BertForPreTraining, optimizer, scheduler,
                      precision: Precision, stream: PretrainStream, config: PretrainConfig, total_steps: int,
-                     stream_cfg: StreamConfig, world: int, metrics: dict[str, float]) -> None:
+                     stream_cfg: StreamConfig, world: int, metrics: dict[str, float]) -> float:
+    """Save (rank 0 writes, every worker takes part); returns the seconds it took."""
+    begun = time.perf_counter()
     rng = dist.all_gather_objects(capture_rng())  # every worker's dropout RNG, written by rank 0
 
     def write(directory: Path) -> None:
@@ -550,6 +570,7 @@ def _save_checkpoint(store: CheckpointStore, step: int, model: BertForPreTrainin
         })
 
     store.save(step, write if dist.rank() == 0 else None, {"step": step, **metrics})
+    return time.perf_counter() - begun
 
 
 def _load_checkpoint(directory: Path, model: BertForPreTraining, optimizer, scheduler, precision: Precision,

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import fnmatch
 import glob
-import hashlib
 import json
 import logging
 import math
@@ -71,27 +70,34 @@ def resolve_shards(spec: str) -> list[Path]:
     s3 shards are fetched into the local cache (bert_core.io.storage.local_dir: ETag-checked, written
     under temporary names) so every worker on a node shares one copy.
     """
-    paths: list[Path] = []
+    return [path for _, path in resolve_shard_uris(spec)]
+
+
+def resolve_shard_uris(spec: str) -> list[tuple[str, Path]]:
+    """(URI, local file) of each shard of `spec` (resolve_shards): an s3:// shard's URI is its object's, not the
+    path of its cached copy, which differs from one machine (or HOME) to the next."""
+    found_all: list[tuple[str, Path]] = []
     for part in [p.strip() for p in spec.split(",") if p.strip()]:
         if storage.is_s3(part):
             prefix, pattern = _split_glob(part)
             root = storage.local_dir(prefix)
-            found = sorted(p for p in root.rglob("*") if p.is_file()
-                           and fnmatch.fnmatch(str(p.relative_to(root)), pattern))
+            found = sorted((storage.join(prefix, str(p.relative_to(root))), p) for p in root.rglob("*")
+                           if p.is_file() and fnmatch.fnmatch(str(p.relative_to(root)), pattern))
         else:
             local = storage.local_path(part)
             if local.is_dir():
-                found = sorted(local.glob("*.npz"))
+                files = sorted(local.glob("*.npz"))
             else:
-                found = sorted(Path(p) for p in glob.glob(str(local), recursive=True))
-        found = [p for p in found if p.suffix == ".npz"]
+                files = sorted(Path(p) for p in glob.glob(str(local), recursive=True))
+            found = [(str(p), p) for p in files]
+        found = [(uri, p) for uri, p in found if p.suffix == ".npz"]
         if not found:
             raise BertPipelineError(f"no shards match {part!r} (expected part-NNNNN.npz files from "
                                     "`bert-pipeline make-shards`)")
-        paths.extend(found)
-    if not paths:
+        found_all.extend(found)
+    if not found_all:
         raise BertPipelineError(f"no shards match {spec!r}")
-    return paths
+    return found_all
 
 
 def _manifest_vocab_size(manifest: dict) -> int | None:
@@ -107,7 +113,9 @@ class ShardSet:
 
     def __init__(self, spec: str):
         self.spec = spec
-        self.paths = resolve_shards(spec)
+        resolved = resolve_shard_uris(spec)
+        self.uris = [uri for uri, _ in resolved]  # what the manifest of a step using them names
+        self.paths = [path for _, path in resolved]
         self._headers: dict[int, tuple[int, int, int]] = {}
         self.manifests: dict[Path, dict] = {}
         for directory in sorted({p.parent for p in self.paths}):
@@ -170,8 +178,9 @@ class ShardSet:
         return max(sizes) if sizes else None
 
     def sha256(self) -> dict[str, str]:
-        """URI -> sha256 of every shard: from the make-shards manifest's `outputs` where it lists the
-        shard (that manifest is the contract), hashing the file otherwise."""
+        """URI -> sha256 of every shard (an s3:// shard by its object's URI, so a run on another machine finds
+        the same inputs): from the make-shards manifest's `outputs` where it lists the shard (that manifest is
+        the contract), hashing the file otherwise."""
         from bert_core.io.manifest import sha256_file
 
         known: dict[Path, str] = {}
@@ -179,7 +188,7 @@ class ShardSet:
             for entry in manifest.get("outputs", []) or []:
                 if isinstance(entry, dict) and "path" in entry and "sha256" in entry:
                     known[(mpath.parent / entry["path"]).resolve()] = entry["sha256"]
-        return {str(p): known.get(p.resolve()) or sha256_file(p) for p in self.paths}
+        return {uri: known.get(p.resolve()) or sha256_file(p) for uri, p in zip(self.uris, self.paths)}
 
 
 def check_ids_in_vocab(path: Path | str, arrays: dict[str, np.ndarray], vocab_size: int) -> None:
@@ -490,12 +499,7 @@ def recorded_vocab(shards: ShardSet) -> Path | None:
             continue
         uri = str(vocab["uri"])
         try:
-            if storage.is_s3(uri):
-                local = storage.cache_root() / "vocab" / hashlib.sha256(uri.encode()).hexdigest()[:16] / "vocab.txt"
-                if not local.is_file():
-                    storage.download_file(uri, local)
-            else:
-                local = storage.local_path(uri)
+            local = storage.local_file(uri)
         except Exception as exc:  # a moved or unreadable vocab only costs the fallback
             log.warning("%s: cannot read the shards' vocab (%s)", uri, exc)
             continue

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 
 from bert_core.errors import BertPipelineError
-from bert_core.options import option
+from bert_core.options import Form, option
 
 OPTIMIZERS = ("adamw", "bertadam", "lamb")
 OPTIMIZER_ALIASES = {"adam": "adamw"}  # fine-tuning's flag said `adam` for AdamW; still accepted
@@ -26,21 +26,26 @@ class OptimizerConfig:
     optimizer: str | None = option(
         None, "adamw (torch's AdamW; `adam` is the same), bertadam (Google BERT's Adam: no bias correction; "
         "needs a long warmup) or lamb (layer-wise trust ratio, for large batches)", group=OPTIMIZATION,
+        section=Form.OPTIMIZATION,
         choices=OPTIMIZERS + tuple(OPTIMIZER_ALIASES), default_help="adamw")
-    lr: float | None = option(None, "peak learning rate", group=OPTIMIZATION)
+    lr: float | None = option(None, "peak learning rate", group=OPTIMIZATION, section=Form.OPTIMIZATION)
     warmup_ratio: float | None = option(None, "fraction of the steps with linear warmup; then linear decay to 0",
-                                        group=OPTIMIZATION)
-    weight_decay: float = option(0.01, "decoupled weight decay; never on biases and LayerNorm", group=OPTIMIZATION)
-    adam_eps: float = option(1e-6, "optimizer epsilon", group=OPTIMIZATION, aliases=("--epsilon",))
-    max_grad_norm: float = option(1.0, "clip gradients to this global norm; 0 disables", group=OPTIMIZATION)
-    accumulate: int = option(1, "micro-batches per optimizer step (gradient accumulation)", group=OPTIMIZATION)
+                                        group=OPTIMIZATION, section=Form.OPTIMIZATION)
+    weight_decay: float = option(0.01, "decoupled weight decay; never on biases and LayerNorm",
+                                 group=OPTIMIZATION, section=Form.OPTIMIZATION)
+    adam_eps: float = option(1e-6, "optimizer epsilon", group=OPTIMIZATION, section=Form.OPTIMIZATION,
+                             aliases=("--epsilon",))
+    max_grad_norm: float = option(1.0, "clip gradients to this global norm; 0 disables", group=OPTIMIZATION,
+                                  section=Form.OPTIMIZATION)
+    accumulate: int = option(1, "micro-batches per optimizer step (gradient accumulation)",
+                             group=OPTIMIZATION, section=Form.OPTIMIZATION)
     dtype: str = option(
         "auto", "compute precision (autocast). auto: bfloat16 where the device computes it natively (a CUDA GPU of "
         "compute capability 8.0 or more; a CPU with AVX512-BF16 or AMX-BF16), float16 with dynamic loss scaling on "
         "older CUDA GPUs (7.x), float32 otherwise; the run's log, manifest and MLflow params say which was chosen "
         "and why. Weights, optimizer state, losses, softmax and LayerNorm statistics stay float32, and scored "
         "evaluations run in float32, the precision the model is saved and served in",
-        group=OPTIMIZATION, choices=DTYPES)
+        group=OPTIMIZATION, section=Form.SCALE, choices=DTYPES)
 
     def optimizer_name(self) -> str | None:
         """The optimizer's canonical name (`adam` -> `adamw`); None: the step's default."""
@@ -86,15 +91,18 @@ class RayTrainConfig:
     num_workers: int = option(
         1, "training workers (one per GPU with --use-gpu); each update's --batch-size is split across them. 0 or 1: "
         "in this process (1 runs on Ray when RAY_ADDRESS is set); more: Ray Train on the local Ray or the cluster "
-        "at RAY_ADDRESS, given in its GCS form host:6379", group=RAY)
-    use_gpu: bool = option(False, "train on GPUs (NCCL between workers)", group=RAY)
+        "at RAY_ADDRESS, given in its GCS form host:6379", group=RAY, section=Form.SCALE)
+    use_gpu: bool = option(False, "train on GPUs (NCCL between workers)", group=RAY, section=Form.SCALE)
     storage: str | None = option(None, "Ray Train storage for the run's state (pretraining: its checkpoints), "
-                                 "shared by all nodes: local/NFS path or s3://", group=RAY, metavar="URI",
-                                 default_help="$BERT_PIPELINE_HOME/ray_results")
+                                 "shared by all nodes: local/NFS path or s3://", group=RAY,
+                                 section=Form.STORAGE, metavar="URI",
+                                 default_help="ray_results beside an s3:// --output, else "
+                                              "$BERT_PIPELINE_HOME/ray_results")
 
     placement_timeout: float = option(
         300.0, "seconds Ray Train may wait for its workers (with --num-workers MIN:MAX: for MIN of them) to be "
-        "placed, at the start or after losing nodes; then the run fails naming what is missing", group=RAY)
+        "placed, at the start or after losing nodes; then the run fails naming what is missing", group=RAY,
+        section=Form.SCALE)
 
     def workers(self) -> tuple[int, int]:
         """(MIN, MAX) workers: equal for a fixed number; pretraining also takes an elastic MIN:MAX."""
@@ -114,6 +122,8 @@ class RayTrainConfig:
 
 @dataclass(kw_only=True)
 class TrackingConfig:
-    tracking: bool = option(True, "do not log to MLflow", group=TRACKING, negate="--no-tracking")
-    tracking_uri: str | None = option(None, "MLflow tracking URI", group=TRACKING, metavar="URI",
+    tracking: bool = option(True, "do not log to MLflow", group=TRACKING, section=Form.STORAGE,
+                            negate="--no-tracking")
+    tracking_uri: str | None = option(None, "MLflow tracking URI", group=TRACKING, section=Form.STORAGE,
+                                      metavar="URI",
                                       default_help="$MLFLOW_TRACKING_URI, else sqlite:///$BERT_PIPELINE_HOME/mlflow.db")

@@ -25,17 +25,37 @@ StepHook = Callable[[int, bool], None]
 
 
 class Preemption(Protocol):
-    """How a launcher tells a step that a node of its worker group got a drain notice (a spot/preemption notice):
-    the step checkpoints at once and `hold`s, and the launcher restarts the group without that node from that
-    checkpoint, so no step is lost or redone."""
+    """How a launcher tells a step what is coming to its worker group.
+
+    A drain notice (a spot/preemption notice) for one of its nodes: the step checkpoints at once (nothing before
+    the notice can be lost any more), trains on while the notice's deadline leaves room (`steps_left`),
+    checkpoints again and `hold`s; the launcher restarts the group without that node from that last checkpoint,
+    so no step is lost or redone and the notice window is not spent idle.
+
+    Room for a larger group (an elastic group below its maximum, `may_grow`, whose nodes came back or joined):
+    the step checkpoints at the next step boundary and trains on; the launcher's resize restarts the group from
+    the latest checkpoint, so only the steps between that checkpoint and the resize are redone."""
+
+    may_grow: bool  # the group is elastic and below its maximum size; the same on every worker
 
     def noticed(self, step: int) -> bool:
         """Called by every worker after the same steps; the same answer on all of them (a collective)."""
         ...
 
+    def steps_left(self, step_seconds: float, checkpoint_seconds: float) -> int:
+        """After the just-in-time checkpoint: how many more steps (of about `step_seconds` each) may run before
+        the last checkpoint (about `checkpoint_seconds`) must start for it to be committed before the node goes.
+        0: hold now (no deadline, or too little time). The step takes the least answer of its workers."""
+        ...
+
+    def grow_possible(self) -> bool:
+        """Whether a larger group could start now: cheap, asked after every step while `may_grow`; True once per
+        change. The step acts on rank 0's answer (the others may say False)."""
+        ...
+
     def hold(self, step: int) -> None:
-        """After the just-in-time checkpoint of `step`: wait until the launcher replaces the group. Never returns:
-        raises when the group was not replaced in a bounded time (nothing waits forever for a node)."""
+        """After the last checkpoint (at `step`) under a notice: wait until the launcher replaces the group. Never
+        returns: raises when the group was not replaced in a bounded time (nothing waits forever for a node)."""
         ...
 
 

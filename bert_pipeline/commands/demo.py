@@ -1,82 +1,62 @@
 """`bert-pipeline demo`: run the `bert_demo` Airflow DAG once, in this process, on the bundled tiny data.
 
-Sets up an embedded home (BERT_PIPELINE_HOME, default ./.bert-pipeline): Airflow's home and metadata DB
-under it (`airflow db migrate`, idempotent), the DAGs folder pointed at the `pipelines` package
-(`airflow dags reserialize`), the MLflow sqlite store beside them; then runs the DAG with `dag.test()`
-(tasks in this process, pretraining on a local Ray) and prints where everything is.
-
-bert_core never imports Airflow: the DAG module is imported by name, after the environment is set.
+`bert-pipeline run bert_demo` with the demo's defaults (its work dir HOME/demo/<UTC timestamp>) and its summary:
+each model's metrics and registry decision, in words where a figure is at chance, and where everything is. The
+run view shows the tasks as they go; the components' own output is in the run's log file (--verbose: on the
+terminal); the run's report.html (bert_pipeline/report) is written at the end, and its path printed.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from bert_core.errors import BertPipelineError
-from bert_core.io import storage
-from bert_pipeline.dags_folder import pipelines_dir
+from bert_core.pretrain.learning_watch import chance_findings
+from bert_pipeline.commands.run import add_run_arguments, stamp
+from bert_pipeline.task_figures import metrics_text
 
 DAG_ID = "bert_demo"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--home", metavar="DIR",
-                        help="embedded home for Airflow, MLflow, Ray results and the run's artifacts "
-                             "(default: $BERT_PIPELINE_HOME or ./.bert-pipeline)")
+    add_run_arguments(parser, example='{"pretrain_num_steps": 600}')
     parser.add_argument("--work-dir", metavar="DIR_OR_URI",
                         help="where the run's artifacts go: a directory or an s3:// prefix (AWS_ENDPOINT_URL and the "
                              "usual AWS credentials apply) (default: HOME/demo/<UTC timestamp>)")
-    parser.add_argument("--conf", metavar="JSON", default="{}",
-                        help='DAG params to override, as JSON, e.g. \'{"pretrain_num_steps": 10}\'')
 
 
-def _airflow(*args: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "airflow", *args], capture_output=True, text=True)
-    if result.returncode != 0:
-        tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
-        raise BertPipelineError(f"`airflow {' '.join(args)}` failed: " + " | ".join(tail))
+def model_lines(model: dict[str, Any], metrics_on: str | None) -> list[str]:
+    """A model's line (version, decision, metrics), and a line in words for each metric at chance."""
+    metrics = model["candidate_metrics"]
+    pretrained = "mlm_accuracy" in metrics
+    keys = ["mlm_accuracy", "nsp_accuracy", "loss"] if pretrained else None
+    text = metrics_text(metrics, keys)
+    if pretrained and metrics_on:
+        text = f"{metrics_on} {text}"
+    if model.get("promoted"):
+        decision = "champion"
+    elif model.get("promoted") is None:
+        decision = "registered"
+    else:
+        decision = "not promoted: " + "; ".join(model.get("reasons", []))
+    lines = [f"  {model['name']} v{model['candidate']} ({decision}): {text}"]
+    for skill, value, chance, baseline in chance_findings(metrics):
+        score = f"{value:.3f} = {baseline}" if abs(value - chance) < 5e-4 else f"{value:.3f}, {baseline} scores {chance:.3f}"
+        lines.append(f"      {skill} did not learn on this tiny corpus: {score}")
+    return lines
 
 
-def setup_home(home: str | os.PathLike | None = None) -> Path:
-    """Point BERT_PIPELINE_HOME, AIRFLOW_HOME and the DAGs folder at the embedded home; migrate and serialize."""
-    root = Path(home or os.environ.get("BERT_PIPELINE_HOME") or Path.cwd() / ".bert-pipeline").absolute()
-    root.mkdir(parents=True, exist_ok=True)
-    os.environ["BERT_PIPELINE_HOME"] = str(root)
-    os.environ["AIRFLOW_HOME"] = str(root / "airflow")
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(pipelines_dir())
-    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local, loopback-only Ray for the demo
-    _airflow("db", "migrate")
-    _airflow("dags", "reserialize")
-    return root
-
-
-def run_dag(conf: dict[str, Any]) -> Any:
-    """Run the bert_demo DAG once with dag.test(); returns the DagRun. (Imported here: Airflow reads its
-    home when first imported, which setup_home has set by now.)"""
-    from pipelines import bert_demo
-
-    return getattr(bert_demo, DAG_ID)().test(run_conf=conf)
-
-
-def summary_text(home: Path, summary: dict[str, Any]) -> str:
-    lines = ["", "bert_demo finished.", ""]
+def summary_text(home: Path, summary: dict[str, Any], metrics_on: str | None, log_path: Path, took: str) -> str:
+    lines = ["", f"bert_demo finished in {took}.", ""]
     for model in summary["models"]:
-        metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(model["candidate_metrics"].items()))
-        state = "champion" if model.get("promoted") else "not promoted: " + "; ".join(model.get("reasons", []))
-        lines.append(f"  {model['name']} v{model['candidate']} ({state}): {metrics}")
+        lines += model_lines(model, metrics_on)
     uri = summary["tracking_uri"]
     lines += [
         "",
         f"Artifacts (manifests, models, predictions): {summary['summary_file'].rsplit('/', 1)[0]}",
         f"Summary: {summary['summary_file']}",
+        f"Log: {log_path}",
         f"MLflow UI:  mlflow ui --backend-store-uri {uri} --port 5000   (then http://127.0.0.1:5000)",
         f"Airflow UI, MLflow server and a Ray head together: bert-pipeline stack up --home {home}   "
         "(then http://127.0.0.1:8080; `bert-pipeline stack down --home ...` stops them)",
@@ -85,28 +65,26 @@ def summary_text(home: Path, summary: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        conf = json.loads(args.conf)
-    except json.JSONDecodeError as exc:
-        raise BertPipelineError(f"--conf: not JSON ({exc.msg})") from None
-    home = setup_home(args.home)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+    from bert_pipeline.dag_run import conf_from, run_dag, run_dir_for
+    from bert_pipeline.run_view import duration
+    from bert_pipeline.stack.state import stack_home
+
+    conf = conf_from(args.conf)
+    home = stack_home(args.home)
+    when = stamp()
     if args.work_dir:
         conf["work_dir"] = args.work_dir
-    conf.setdefault("work_dir", str(home / "demo" / stamp))
-    dag_run = run_dag(conf)
-    state = str(getattr(dag_run, "state", ""))
-    summary_file = storage.join(conf["work_dir"], "demo_summary.json")
-    # An s3:// work dir is read with the credentials the tasks used, which may come from an Airflow connection.
-    from operators.airflow_tasks import s3_credentials_from_connection
-
-    try:
-        with s3_credentials_from_connection():
-            summary = json.loads(storage.read_text(summary_file)) if state.endswith("success") else None
-    except FileNotFoundError:
-        summary = None
-    if summary is None:
-        raise BertPipelineError(f"the bert_demo run ended in state {state or 'unknown'}; see the task logs above "
-                                f"and the artifacts under {conf['work_dir']}")
-    print(summary_text(home, summary))
+    conf.setdefault("work_dir", str(home / "demo" / when))
+    result = run_dag(DAG_ID, conf, run_dir_for(home, DAG_ID, conf, when), home=home, verbose=args.verbose)
+    if not result.succeeded:
+        print(f"\nbert_demo failed (run {result.run_id}); the artifacts so far are under {conf['work_dir']}.")
+        if result.report:
+            print(result.report)
+        return 1
+    pretrained = result.task("pretrain").values
+    took = duration((result.ended_at - result.started_at).total_seconds())
+    print(summary_text(home, result.task("summary").values[0], pretrained[0].get("metrics_on") if pretrained else None,
+                       result.log_path, took))
+    if result.report:
+        print(result.report)
     return 0

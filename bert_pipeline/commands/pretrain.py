@@ -35,7 +35,5 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps({"output": config.output, **result.get("metrics", {}),
                       "learning_check": check.get("status")}), file=sys.stdout)
     if check.get("status") in ("not_learning", "warned"):
-        head = "this run did not learn" if check["status"] == "not_learning" else "learning check"
-        for problem in check.get("problems", []):
-            print(f"warning: {head}: {problem}", file=sys.stderr)
+        print(f"warning: {check.get('summary') or '; '.join(check.get('problems', []))}", file=sys.stderr)
     return 0

@@ -1,5 +1,6 @@
 """`bert-pipeline stack up|down|status`: the local services the DAGs talk to (an MLflow tracking server, a Ray
-head, Airflow), as background processes. The flags; the work is bert_pipeline.stack's (docs/stack.md)."""
+head, Airflow; with --profile production also PostgreSQL, Redis and Celery workers), as background processes.
+The flags; the work is bert_pipeline.stack's (docs/stack.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import argparse
 import os
 
 from bert_pipeline.stack import supervisor
-from bert_pipeline.stack.state import DEFAULT_PORTS, Stack, stack_home
+from bert_pipeline.stack.profiles import DEFAULT, PROFILES, Options
+from bert_pipeline.stack.state import DEFAULT_PORTS, PORT_FLAGS, Stack, stack_home
 
 
 def _port(text: str) -> int:
@@ -44,6 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=("up", "down", "status"),
                         help="up: start whatever is not running and wait until healthy; down: stop everything "
                              "`up` started; status: show each service, exit 1 when one is down or unhealthy")
+    parser.add_argument("--profile", choices=tuple(PROFILES), default=None,
+                        help="up only. default: the embedded development stack (MLflow on sqlite, a Ray head, "
+                             "`airflow standalone`). production: a team's deployment on one machine: PostgreSQL "
+                             "for Airflow and MLflow, Redis, MLflow's artifacts in S3 (--artifacts-destination), "
+                             "Airflow's components with the CeleryExecutor and --celery-workers workers (each with "
+                             "its own home, work dir and TMPDIR), a Ray head or --ray-address. down and status use "
+                             "the profile the stack was started with")
     parser.add_argument("--home", metavar="DIR",
                         help="home of the stack's data (mlflow.db, mlartifacts/, airflow/) and of its state and "
                              "logs (stack/) (default: $BERT_PIPELINE_HOME or ./.bert-pipeline)")
@@ -57,30 +66,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-port", type=_port, metavar="PORT",
                         help="Ray head's GCS port, the address Ray drivers connect to (up only; default "
                              f"{DEFAULT_PORTS['ray_gcs']})")
+    parser.add_argument("--postgres-port", type=_port, metavar="PORT",
+                        help=f"production: PostgreSQL's port (up only; default {DEFAULT_PORTS['postgres']})")
+    parser.add_argument("--redis-port", type=_port, metavar="PORT",
+                        help=f"production: the Redis broker's port (up only; default {DEFAULT_PORTS['redis']}, "
+                             "as Ray's GCS has Redis's usual 6379)")
+    parser.add_argument("--artifacts-destination", metavar="URI",
+                        help="production, required: where the MLflow server keeps artifacts and registered models "
+                             "(s3://BUCKET/PREFIX; the server reads AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, "
+                             "AWS_SECRET_ACCESS_KEY or AWS_PROFILE from the environment)")
+    parser.add_argument("--ray-address", metavar="HOST:PORT",
+                        help="production: the GCS address of a running Ray cluster (e.g. a multi-node one) for the "
+                             "tasks to join; no Ray head is started then (default: start a head)")
+    parser.add_argument("--celery-workers", type=_count, default=2, metavar="N",
+                        help="production: Celery workers to start (up only; default 2)")
+    parser.add_argument("--worker-concurrency", type=_count, default=1, metavar="N",
+                        help="production: task instances each Celery worker runs at once (up only; default 1: "
+                             "a task of this pipeline trains or drives a Ray job, like a worker per machine)")
     parser.add_argument("--ray-num-cpus", type=_count, default=None, metavar="N",
                         help="CPUs the Ray head offers to tasks and Ray Train workers (up only; default: the "
                              "machine's CPU count, at least 2 so the demo's 2 pretraining workers fit)")
     parser.add_argument("--airflow-parallelism", type=_count, default=None, metavar="N",
-                        help="Airflow task instances running at once (up only; default: the machine's CPU count, "
-                             "at least 2)")
+                        help="default profile: Airflow task instances running at once (up only; default: the "
+                             "machine's CPU count, at least 2)")
     parser.add_argument("--timeout", type=_positive, default=300.0, metavar="SECONDS",
-                        help="how long `up` waits for the services to answer their health checks (default 300)")
+                        help="how long `up` waits for each group of services to answer their health checks, and "
+                             "for each set-up command (initdb, airflow db migrate) (default 300)")
 
 
 def run(args: argparse.Namespace) -> int:
     stack = Stack(stack_home(args.home))
     if args.action == "status":
         return supervisor.status(stack.load())
-    given = {"mlflow": args.mlflow_port, "airflow": args.airflow_port, "ray_dashboard": args.ray_dashboard_port,
-             "ray_gcs": args.ray_port}
+    given = {key: getattr(args, PORT_FLAGS[key].removeprefix("--").replace("-", "_")) for key in DEFAULT_PORTS}
     given = {key: port for key, port in given.items() if port is not None}
     ports = {**DEFAULT_PORTS, **given}
-    if args.action == "up":
-        supervisor.check_ports(ports)
+    cpus = max(2, os.cpu_count() or 1)
+    options = Options(ray_num_cpus=args.ray_num_cpus or cpus, airflow_parallelism=args.airflow_parallelism or cpus,
+                      artifacts_destination=args.artifacts_destination, ray_address=args.ray_address,
+                      celery_workers=args.celery_workers, worker_concurrency=args.worker_concurrency)
+    profile = PROFILES[args.profile or DEFAULT]
+    if args.action == "up" and not supervisor.running(Stack(stack.home).load()):
+        # Before the lock makes the home; a running stack keeps the options it was started with.
+        supervisor.check_request(profile, ports, given, options)
+        supervisor.check_missing(profile, options)
     with stack.locked():
         stack.load()
         if args.action == "down":
             return supervisor.down(stack)
-        cpus = max(2, os.cpu_count() or 1)
-        return supervisor.up(stack, ports, given, args.ray_num_cpus or cpus, args.airflow_parallelism or cpus,
-                             args.timeout)
+        return supervisor.up(stack, profile, ports, given, options, args.timeout)

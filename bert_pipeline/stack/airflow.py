@@ -37,30 +37,42 @@ def check_health(record: Record) -> tuple[bool, str]:
 SERVICE = Service("airflow", port_keys=("airflow",), stop_grace_s=30.0, check_health=check_health)
 
 
-def spec(home: Path, ports: dict[str, int], parallelism: int) -> Record:
-    """Command, environment, URLs and log file of `airflow standalone`."""
+def services_env(home: Path, ports: dict[str, int], ray_address: str, ray_dashboard_url: str | None) -> dict[str, str]:
+    """What every Airflow process of the stack and the tasks it runs get: the DAGs, the API server's address, and
+    where the stack's MLflow server and Ray cluster are."""
     url = f"http://127.0.0.1:{ports['airflow']}"
     env = base_env(home)
     env.update({
         "AIRFLOW_HOME": str(home / "airflow"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(pipelines_dir()),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        # The LocalExecutor forks `parallelism` workers up front (default 32, ~130 MB each).
-        "AIRFLOW__CORE__PARALLELISM": str(parallelism),
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(ports["airflow"]),
         # Task processes reach the execution API at {base_url}/execution/; the default assumes port 8080.
         "AIRFLOW__API__BASE_URL": url,
         # A task's calls to the execution API time out after 5 s by default, and a retry of a call that did go
-        # through fails the task ("already running"): on a busy 2-core machine the sqlite-backed API server can
-        # take longer than that.
+        # through fails the task ("already running"): on a busy 2-core machine the API server can take longer.
         "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": os.environ.get("AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT", "60"),
         "MLFLOW_TRACKING_URI": mlflow_server.url(ports),
-        # GCS form: a task connects to this head as a Ray driver. The dashboard (Job Submission API) address
+        # GCS form: a task connects to this cluster as a Ray driver. The dashboard (Job Submission API) address
         # is there for operators and people that submit jobs instead.
-        "RAY_ADDRESS": ray_head.gcs_address(ports),
-        "RAY_DASHBOARD_URL": ray_head.dashboard_url(ports),
+        "RAY_ADDRESS": ray_address,
     })
+    if ray_dashboard_url:
+        env["RAY_DASHBOARD_URL"] = ray_dashboard_url
+    return env
+
+
+def api_url(ports: dict[str, int]) -> str:
+    return f"http://127.0.0.1:{ports['airflow']}"
+
+
+def spec(home: Path, ports: dict[str, int], parallelism: int) -> Record:
+    """Command, environment, URLs and log file of `airflow standalone`."""
+    url = api_url(ports)
+    env = services_env(home, ports, ray_head.gcs_address(ports), ray_head.dashboard_url(ports))
+    # The LocalExecutor forks `parallelism` workers up front (default 32, ~130 MB each).
+    env["AIRFLOW__CORE__PARALLELISM"] = str(parallelism)
     return {
         "command": [executable("airflow"), "standalone"],
         "env": env, "url": url, "health_url": f"{url}/api/v2/monitor/health", "log": str(home / "stack" / "airflow.log"),

@@ -30,7 +30,7 @@ def http_ok(record: Record) -> tuple[bool, str]:
     return True, "ok"
 
 
-def wait_healthy(started: dict[str, tuple[Service, subprocess.Popen, Record]], timeout: float) -> None:
+def wait_healthy(started: dict[str, tuple[Service, subprocess.Popen, Record]], timeout: float, width: int = 8) -> None:
     """Wait until each started service passes its health check. One that exits first, or is not healthy within
     `timeout` seconds, is an error naming where to read why."""
     deadline = time.monotonic() + timeout
@@ -44,7 +44,7 @@ def wait_healthy(started: dict[str, tuple[Service, subprocess.Popen, Record]], t
                                         f"{service.logs(record)}")
             healthy, reasons[name] = service.check_health(record)
             if healthy:
-                print(f"  {name:8} healthy at {record['url']}", flush=True)
+                print(f"  {name:{width}} healthy at {record['url']}", flush=True)
                 del waiting[name]
         if waiting and time.monotonic() > deadline:
             name, (service, _, record) = next(iter(waiting.items()))

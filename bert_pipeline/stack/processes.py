@@ -30,6 +30,9 @@ class StopTarget:
     # The main process stops its own children in order when it gets SIGTERM: it is signalled alone first, and
     # the rest of its family only once it has ended or LEADER_GRACE_S (at most the grace) has passed.
     leader_first: bool = False
+    # The signal a leader-first main process gets (PostgreSQL: SIGINT, its "fast" shutdown; on SIGTERM it waits
+    # for every client to disconnect). Its family, when signalled, gets SIGTERM.
+    stop_signal: int = signal.SIGTERM
 
 
 def proc_stat(pid: int) -> tuple[str, int, int, int] | None:
@@ -106,17 +109,36 @@ def signal_family(pids: set[int], pgid: int, sig: int) -> None:
             os.kill(pid, sig)
 
 
+def _append_header(log: Path, what: str):
+    """`log` opened for appending (its folder made), after a header line naming what writes to it now."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(log, "ab")  # the caller closes it (a `with` block)
+    stamp = dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    handle.write(f"\n===== {stamp} bert-pipeline stack up: {what}\n".encode())
+    handle.flush()
+    return handle
+
+
 def start(command: list[str], env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen:
     """Start `command` in a new session, its output appended to `log` after a header line naming it."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as handle:
-        stamp = dt.datetime.now().astimezone().isoformat(timespec="seconds")
-        handle.write(f"\n===== {stamp} bert-pipeline stack up: {' '.join(command)}\n".encode())
-        handle.flush()
+    with _append_header(log, " ".join(command)) as handle:
         # A new session: stopping signals the whole group, and a Ctrl-C in the shell that ran `up` does not reach
         # the services.
         return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
                                 env=env, cwd=cwd, start_new_session=True)
+
+
+def run_logged(command: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: float, what: str) -> None:
+    """Run a one-shot command to its end (a service's set-up: initdb, `airflow db migrate`), its output appended to
+    `log` after a header line; an error naming `what` and the log when it fails or outlasts `timeout`."""
+    with _append_header(log, what) as handle:
+        try:
+            result = subprocess.run(command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=handle,
+                                    stderr=subprocess.STDOUT, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise BertPipelineError(f"{what} did not finish in {timeout:.0f} s; read {log}") from None
+    if result.returncode != 0:
+        raise BertPipelineError(f"{what} failed (exit code {result.returncode}); read {log}")
 
 
 def stop_processes(targets: dict[str, StopTarget]) -> dict[str, float | None]:
@@ -130,7 +152,7 @@ def stop_processes(targets: dict[str, StopTarget]) -> dict[str, float | None]:
         target = targets[name]
         if target.leader_first:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(target.pid, signal.SIGTERM)
+                os.kill(target.pid, target.stop_signal)
             waiting_for_leader.add(name)
         else:
             signal_family(members, target.pid, signal.SIGTERM)

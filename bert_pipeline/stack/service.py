@@ -4,6 +4,7 @@ this interpreter's environment)."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,13 @@ class Service:
     leader_first: bool = False
     # Where to read why it failed, beyond its log file (a phrase starting " and ..."), or None.
     more_logs: Callable[[Record], str] | None = None
+    # The signal a leader-first main process is asked to stop with (processes.StopTarget.stop_signal).
+    stop_signal: int = signal.SIGTERM
+    # Run by `up` with the service's spec (command, env, ...) and `up`'s timeout: `prepare` before its process
+    # starts (PostgreSQL's initdb, Airflow's `db migrate`), `ready` once it is healthy (the databases the other
+    # services use). An error stops `up`, which then stops what it started.
+    prepare: Callable[[Record, float], None] | None = None
+    ready: Callable[[Record, float], None] | None = None
 
     def logs(self, record: Record) -> str:
         return record["log"] + (self.more_logs(record) if self.more_logs else "")

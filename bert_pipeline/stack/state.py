@@ -15,10 +15,12 @@ from typing import Any
 
 from bert_core.errors import BertPipelineError
 
-# Port key -> default port, and the `stack up` flag that sets it (named in errors about the port).
-DEFAULT_PORTS = {"mlflow": 5000, "airflow": 8080, "ray_dashboard": 8265, "ray_gcs": 6379}
+# Port key -> default port, and the `stack up` flag that sets it (named in errors about the port). Redis is not on
+# its usual 6379: that is Ray's GCS port, and the production profile runs both.
+DEFAULT_PORTS = {"mlflow": 5000, "airflow": 8080, "ray_dashboard": 8265, "ray_gcs": 6379, "postgres": 5432,
+                 "redis": 6380}
 PORT_FLAGS = {"mlflow": "--mlflow-port", "airflow": "--airflow-port", "ray_dashboard": "--ray-dashboard-port",
-              "ray_gcs": "--ray-port"}
+              "ray_gcs": "--ray-port", "postgres": "--postgres-port", "redis": "--redis-port"}
 
 
 def stack_home(arg: str | None) -> Path:

@@ -1,4 +1,4 @@
-"""`up`, `down` and `status` over the three services, with what they print."""
+"""`up`, `down` and `status` over a profile's services (bert_pipeline.stack.profiles), with what they print."""
 
 from __future__ import annotations
 
@@ -6,16 +6,14 @@ import subprocess
 from pathlib import Path
 
 from bert_core.errors import BertPipelineError
-from bert_pipeline.stack import airflow, mlflow_server, processes, ray_head
-from bert_pipeline.stack.health import wait_healthy
+from bert_pipeline.stack import processes, ray_head
+from bert_pipeline.stack.health import http_ok, wait_healthy
+from bert_pipeline.stack.profiles import DEFAULT, PROFILES, Options, Profile
 from bert_pipeline.stack.service import Record, Service
 from bert_pipeline.stack.state import PORT_FLAGS, Stack, port_free, stack_home
 
-# Start order; `down` stops in reverse.
-SERVICES: dict[str, Service] = {s.name: s for s in (mlflow_server.SERVICE, ray_head.SERVICE, airflow.SERVICE)}
-# Airflow last: its start-up (migrations, four components) saturates a 2-core machine, and `ray start` gives up
-# when its raylet has not registered with the GCS within 30 s.
-START_PHASES = (("mlflow", "ray"), ("airflow",))
+# Keys of a service's spec that are not recorded in state.json: how it is started, and what is secret.
+UNRECORDED = ("env", "command", "private")
 
 
 def check_ports(ports: dict[str, int]) -> None:
@@ -25,28 +23,44 @@ def check_ports(ports: dict[str, int]) -> None:
         raise BertPipelineError(f"two services cannot share port {min(clashes)}: give each its own port")
     low, high = ray_head.WORKER_PORTS
     for key in ray_head.SERVICE.port_keys:
-        if low <= ports[key] <= high:
+        if key in ports and low <= ports[key] <= high:
             raise BertPipelineError(f"{PORT_FLAGS[key]} {ports[key]}: Ray keeps ports {low}-{high} for its "
                                     "workers; choose a port outside them")
 
 
-def plan(home: Path, ports: dict[str, int], ray_num_cpus: int, airflow_parallelism: int) -> dict[str, Record]:
-    """Command, environment, URLs and log file of each service."""
-    return {"mlflow": mlflow_server.spec(home, ports),
-            "ray": ray_head.spec(home, ports, ray_num_cpus),
-            "airflow": airflow.spec(home, ports, airflow_parallelism)}
+def name_width(names) -> int:
+    """The column the service names are printed in: 8, or the longest name (the production profile's)."""
+    return max([8, *map(len, names)])
+
+
+def check_request(profile: Profile, ports: dict[str, int], given: dict[str, int], options: Options) -> dict[str, int]:
+    """Refuse, before anything is made or started, what the profile cannot do; returns its ports."""
+    profile.check_options(options)
+    keys = profile.port_keys(options)
+    unused = [PORT_FLAGS[key] for key in given if key not in keys]
+    if unused:
+        raise BertPipelineError(f"{', '.join(unused)}: not a port of --profile {profile.name}")
+    ports = {key: ports[key] for key in keys}
+    check_ports(ports)
+    return ports
+
+
+def recorded(stack: Stack) -> tuple[Profile, Options]:
+    """The profile and options the recorded stack was started with (a stack recorded before profiles: default)."""
+    return PROFILES[stack.state.get("profile", DEFAULT)], Options.from_json(stack.state.get("options"))
 
 
 def start(home: Path, spec: Record) -> tuple[subprocess.Popen, Record]:
     """Start one planned service; returns its process and the record `status` and `down` will need."""
-    proc = processes.start(spec["command"], spec["env"], home, Path(spec["log"]))
-    record = {key: value for key, value in spec.items() if key not in ("env", "command")}
+    proc = processes.start(spec["command"], spec["env"], Path(spec.get("cwd", home)), Path(spec["log"]))
+    record = {key: value for key, value in spec.items() if key not in UNRECORDED}
     record.update(pid=proc.pid, started=processes.start_time(proc.pid), command=spec["command"])
     return proc, record
 
 
 def stop_target(service: Service, record: Record) -> processes.StopTarget:
-    return processes.StopTarget(record["pid"], record.get("started"), service.stop_grace_s, service.leader_first)
+    return processes.StopTarget(record["pid"], record.get("started"), service.stop_grace_s, service.leader_first,
+                                service.stop_signal)
 
 
 def running(stack: Stack) -> dict[str, Record]:
@@ -57,8 +71,12 @@ def running(stack: Stack) -> dict[str, Record]:
 
 def _stop_all(stack: Stack, names: list[str]) -> dict[str, float | None]:
     """Stop the named services together and forget them; name -> seconds it took (None: was not running)."""
+    profile, options = recorded(stack)
+    known = profile.services(options)
     services = stack.services
-    took = processes.stop_processes({name: stop_target(SERVICES[name], services[name])
+    # A recorded service the profile does not name (state.json edited by hand) is stopped with a generic grace.
+    took = processes.stop_processes({name: stop_target(known.get(name) or Service(name, (), 30.0, http_ok),
+                                                        services[name])
                                      for name in names if name in services})
     for name in took:
         del services[name]
@@ -66,25 +84,42 @@ def _stop_all(stack: Stack, names: list[str]) -> dict[str, float | None]:
     return took
 
 
-def up(stack: Stack, ports: dict[str, int], given: dict[str, int], ray_num_cpus: int, airflow_parallelism: int,
+def check_missing(profile: Profile, options: Options) -> None:
+    """What the machine lacks for the profile, with the commands that install it: an error before anything starts."""
+    lacking = profile.missing(options)
+    if lacking:
+        lines = [f"  - {m.what}: {m.install}" for m in lacking]
+        commands = list(dict.fromkeys(m.install for m in lacking))
+        raise BertPipelineError(f"--profile {profile.name} needs what this machine lacks (nothing was started):\n"
+                                + "\n".join(lines) + "\ninstall with:\n  " + "\n  ".join(commands))
+
+
+def up(stack: Stack, profile: Profile, ports: dict[str, int], given: dict[str, int], options: Options,
        timeout: float) -> int:
     """Start the services that are not running; `given` holds the ports named on the command line."""
     already = running(stack)
     if already:
+        was, options_before = recorded(stack)
+        if was.name != profile.name:
+            raise BertPipelineError(f"the stack in {stack.home} is up with --profile {was.name}; "
+                                    "`bert-pipeline stack down` first to start another profile")
+        options = options_before
         # Ports are those of the services already up: a half-up stack is completed with the same addresses.
         ports = stack.state["ports"]
-        changed = [f"{PORT_FLAGS[key]} {port}" for key, port in given.items() if port != ports[key]]
+        changed = [f"{PORT_FLAGS[key]} {port}" for key, port in given.items() if port != ports.get(key)]
         if changed:
             print(f"note: the stack is already up with its earlier ports; ignoring {', '.join(changed)} "
                   "(`bert-pipeline stack down` first to change them)")
-    specs = plan(stack.home, ports, ray_num_cpus, airflow_parallelism)
+    ports = check_request(profile, ports, {} if already else given, options)
+    services = profile.services(options)
+    width = name_width(services)
     healthy = {}
     for name in already:
-        ok, reason = SERVICES[name].check_health(stack.services[name])
+        ok, reason = services[name].check_health(stack.services[name])
         healthy[name] = ok
-        print(f"  {name:8} already running (pid {already[name]['pid']}), "
+        print(f"  {name:{width}} already running (pid {already[name]['pid']}), "
               + ("healthy" if ok else f"NOT healthy: {reason}"))
-    to_start = [name for name in SERVICES if name not in already]
+    to_start = [name for name in services if name not in already]
     if not to_start:
         print_urls(stack)
         if not all(healthy.values()):
@@ -92,25 +127,32 @@ def up(stack: Stack, ports: dict[str, int], given: dict[str, int], ray_num_cpus:
                                     f"logs in {stack.dir}, or restart it (`stack down`, then `stack up`)")
         return 0
 
+    check_missing(profile, options)
     for name in to_start:
-        for key in SERVICES[name].port_keys:
+        for key in services[name].port_keys:
             if not port_free(ports[key]):
                 raise BertPipelineError(f"port {ports[key]} (for {name}) is in use by another program: "
                                         f"choose another with {PORT_FLAGS[key]}")
-    stack.state["ports"] = ports
-    stack.state["home"] = str(stack.home)
+    specs = profile.plan(stack.home, ports, options)
+    stack.state.update(ports=ports, home=str(stack.home), profile=profile.name, options=options.to_json())
     started: list[str] = []
     try:
-        for phase in START_PHASES:
+        for phase in profile.phases(options):
             batch = {}
-            for name in (name for name in phase if name in to_start):
-                print(f"  {name:8} starting (log: {specs[name]['log']})", flush=True)
-                proc, record = start(stack.home, specs[name])
+            for service in (s for s in phase if s.name in to_start):
+                name, spec = service.name, specs[service.name]
+                if service.prepare:
+                    service.prepare(spec, timeout)
+                print(f"  {name:{width}} starting (log: {spec['log']})", flush=True)
+                proc, record = start(stack.home, spec)
                 started.append(name)
-                batch[name] = (SERVICES[name], proc, record)
+                batch[name] = (service, proc, record)
                 stack.services[name] = record
                 stack.save()
-            wait_healthy(batch, timeout)
+            wait_healthy(batch, timeout, width)
+            for name, (service, _, _) in batch.items():
+                if service.ready:
+                    service.ready(specs[name], timeout)
     except BaseException:
         # All or nothing: what this `up` started is stopped again, so a failed `up` leaves no half stack.
         _stop_all(stack, started)
@@ -120,22 +162,10 @@ def up(stack: Stack, ports: dict[str, int], given: dict[str, int], ray_num_cpus:
 
 
 def print_urls(stack: Stack) -> None:
-    services = stack.services
-    mlflow, ray, airflow_ = (services.get(name) for name in SERVICES)
-    lines = [""]
-    if mlflow:
-        lines.append(f"MLflow   {mlflow['url']}   (store sqlite:///{stack.home / 'mlflow.db'}, artifacts "
-                     f"{stack.home / 'mlartifacts'})")
-    if ray:
-        lines.append(f"Ray      dashboard {ray['url']}   GCS {ray['address']}   "
-                     f"(ray job submit --address {ray['url']} -- python ...)")
-    if airflow_:
-        lines.append(f"Airflow  {airflow_['url']}   user admin, password in {airflow_['password_file']}")
+    profile, options = recorded(stack)
+    lines = ["", *profile.summary(stack.home, stack.services, options)]
     lines.append(f"Logs in {stack.dir}; stop with `bert-pipeline stack down"
                  + ("" if stack.home == stack_home(None) else f" --home {stack.home}") + "`")
-    if mlflow and ray:
-        lines.append(f"From a shell: export MLFLOW_TRACKING_URI={mlflow['url']} RAY_ADDRESS={ray['address']} "
-                     "RAY_AUTH_MODE=disabled")
     print("\n".join(lines))
 
 
@@ -144,12 +174,14 @@ def down(stack: Stack) -> int:
     if not services:
         print(f"stack is not running (no services recorded in {stack.state_file})")
         return 0
-    names = [name for name in reversed(SERVICES) if name in services]
+    profile, options = recorded(stack)
+    names = [name for name in reversed(profile.services(options)) if name in services]
+    width = name_width(names)
     for name in names:
-        print(f"  {name:8} stopping (pid {services[name]['pid']})", flush=True)
+        print(f"  {name:{width}} stopping (pid {services[name]['pid']})", flush=True)
     # All at once: each takes seconds to shut down cleanly (Airflow's scheduler ~15 s on 2 cores).
     for name, took in _stop_all(stack, names).items():
-        print(f"  {name:8} " + ("was not running" if took is None else f"stopped ({took:.1f} s)"), flush=True)
+        print(f"  {name:{width}} " + ("was not running" if took is None else f"stopped ({took:.1f} s)"), flush=True)
     return 0
 
 
@@ -159,22 +191,25 @@ def status(stack: Stack) -> int:
         print(f"stack is not running (no services recorded in {stack.state_file}); start it with "
               "`bert-pipeline stack up`")
         return 1
+    profile, options = recorded(stack)
+    width = name_width(profile.services(options))
     all_ok = True
-    for name, service in SERVICES.items():
+    for name, service in profile.services(options).items():
         record = services.get(name)
         if record is None:
-            print(f"{name:8} not started")
+            print(f"{name:{width}} not started")
             all_ok = False
             continue
         if not processes.alive(record["pid"], record.get("started")):
-            print(f"{name:8} DOWN      (pid {record['pid']} gone; log: {record['log']})")
+            print(f"{name:{width}} DOWN      (pid {record['pid']} gone; log: {record['log']})")
             all_ok = False
             continue
         ok, reason = service.check_health(record)
         all_ok &= ok
         extra = f"  GCS {record['address']}" if name == "ray" else ""
-        print(f"{name:8} pid {record['pid']:<7} {record['url']}{extra}  "
+        print(f"{name:{width}} pid {record['pid']:<7} {record['url']}{extra}  "
               + ("healthy" if ok else f"UNHEALTHY: {reason} (log: {record['log']})"))
-    if "airflow" in services:
-        print(f"Airflow login: admin, password in {services['airflow']['password_file']}")
+    password_file = next((r["password_file"] for r in services.values() if "password_file" in r), None)
+    if password_file:
+        print(f"Airflow login: admin, password in {password_file}")
     return 0 if all_ok else 1

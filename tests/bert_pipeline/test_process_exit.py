@@ -1,5 +1,5 @@
-"""The command's orderly exit: Python's shutdown work runs (threads joined, atexit handlers, streams flushed),
-the status is the command's, and the interpreter's teardown is skipped."""
+"""The command's orderly exit: Python's shutdown work runs (threading's exit hooks, threads joined, atexit
+handlers, streams flushed), the status is the command's, and the interpreter's teardown is skipped."""
 
 from __future__ import annotations
 
@@ -37,6 +37,11 @@ def late():
 def main():
     marks.write_text("")
     threading.Thread(target=late).start()
+    # A thread pool kept alive, as MLflow keeps its artifact transfers' pool: its idle workers end at exit.
+    global POOL
+    from concurrent.futures import ThreadPoolExecutor
+    POOL = ThreadPoolExecutor(2)
+    POOL.submit(time.sleep, 0).result()
     sys.stdout.write("unflushed output")  # no newline: still in the buffer at exit
     {body}
 
@@ -62,3 +67,15 @@ def test_status_output_threads_and_atexit(tmp_path, body, status, stderr):
     assert stderr in done.stderr
     # The non-daemon thread finished before the atexit handlers ran, as in a normal interpreter exit.
     assert marks.read_text() == "thread\natexit\n"
+
+
+def test_an_idle_thread_pool_does_not_hold_the_exit(tmp_path):
+    # A pool kept alive to the end (as MLflow keeps its artifact repositories' pools): its idle workers are
+    # non-daemon threads that stop only when the threading module's exit hooks tell them to.
+    script = tmp_path / "pool.py"
+    script.write_text("import concurrent.futures\n"
+                      "from bert_pipeline.process_exit import run_and_exit\n"
+                      "pool = concurrent.futures.ThreadPoolExecutor(2)\n"
+                      "run_and_exit(lambda: pool.submit(print, 'done').result())\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "done\n"), done.stderr

@@ -22,6 +22,7 @@ from bert_core.pretrain.config import PretrainConfig
 from bert_core.train.config import worker_range
 from bert_pipeline.commands import pretrain
 from bert_pipeline.commands.config_flags import config_from_args
+from tests.infra.pins import pinned
 from tests.paths import REPO
 
 INFRA = REPO / "infra"
@@ -30,10 +31,7 @@ RAYJOB = INFRA / "ray" / "rayjob.yaml"
 
 
 def ray_pin() -> str:
-    pins = [line.split("==", 1)[1].strip() for line in (INFRA / "constraints.txt").read_text().splitlines()
-            if line.lower().startswith("ray==")]
-    assert len(pins) == 1, "infra/constraints.txt must pin ray exactly once"
-    return pins[0]
+    return pinned("ray")
 
 
 def load(path) -> dict:

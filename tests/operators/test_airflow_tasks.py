@@ -66,3 +66,48 @@ def test_s3_credentials_come_from_the_connection_and_are_masked(monkeypatch):
     monkeypatch.setenv("BERT_PIPELINE_AWS_CONN_ID", "no_such_connection")
     with s3_credentials_from_connection():  # no connection: nothing set, no error
         assert "AWS_ACCESS_KEY_ID" not in os.environ
+
+
+def test_each_task_try_is_recorded_in_its_run_directory(tmp_path, monkeypatch):
+    """@bert_task records every try (state, start, end, error) under the run's work dir, for the run report's
+    timeline; outside a task (or for another project's DAG) nothing is written, and a record that cannot be
+    written never hides the task's own result."""
+    from types import SimpleNamespace
+
+    from operators import run_records
+
+    def context(dag_id, task_id, map_index=-1, try_number=1, work_dir=str(tmp_path / "run")):
+        ti = SimpleNamespace(dag_id=dag_id, run_id="manual__1", task_id=task_id, map_index=map_index,
+                             try_number=try_number)
+        return {"ti": ti, "params": {"work_dir": work_dir}}
+
+    @bert_task
+    def step(value: int) -> int:
+        if value < 0:
+            raise BertPipelineError("value must not be negative")
+        return value * 2
+
+    assert step.function(2) == 4 and not (tmp_path / "run").exists()  # not in a task: nothing recorded
+
+    monkeypatch.setattr(run_records, "_airflow_context", lambda: context("bert_demo", "step"))
+    assert step.function(3) == 6
+    monkeypatch.setattr(run_records, "_airflow_context", lambda: context("bert_demo", "step", 1, 2))
+    from airflow.sdk.exceptions import AirflowFailException
+
+    with pytest.raises(AirflowFailException, match="must not be negative"):
+        step.function(-1)
+    records = {p.name: json.loads(p.read_text()) for p in (tmp_path / "run" / "tasks").iterdir()}
+    assert set(records) == {"step.try1.json", "step-1.try2.json"}
+    ok, failed = records["step.try1.json"], records["step-1.try2.json"]
+    assert (ok["state"], ok["error"], ok["run_id"], ok["map_index"]) == ("success", None, "manual__1", -1)
+    assert ok["started_at"] <= ok["finished_at"] and ok["duration_s"] >= 0
+    assert failed["state"] == "failed" and "must not be negative" in failed["error"]
+
+    monkeypatch.setattr(run_records, "_airflow_context", lambda: context("someone_elses_dag", "step"))
+    assert step.function(1) == 2
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the run directory should be")
+    monkeypatch.setattr(run_records, "_airflow_context",
+                        lambda: context("bert_demo", "step", work_dir=str(blocked / "run")))
+    assert step.function(5) == 10  # the record could not be written: a warning, not a failed task
+    assert len(list((tmp_path / "run" / "tasks").iterdir())) == 2

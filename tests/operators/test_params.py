@@ -28,6 +28,34 @@ def test_params_carry_the_fields_default_type_choices_and_help():
         config_params(PretrainConfig, ["lrate"])
 
 
+def test_a_params_form_section_comes_from_its_field():
+    """The section is written once, with the field (option(..., section=...)); a field without one cannot become
+    a Param, and a DAG's Params are ordered by section, so each section is one block of the form."""
+    import dataclasses
+
+    from bert_core.options import Form, option
+    from operators.params import SECTIONS, in_sections, section
+
+    params = config_params(PretrainConfig, ["num_workers", "lr", "model", "dtype", "storage"])
+    assert {name: p.schema["section"] for name, p in params.items()} == {
+        "num_workers": SECTIONS[Form.SCALE], "lr": SECTIONS[Form.OPTIMIZATION], "model": SECTIONS[Form.MODEL],
+        "dtype": SECTIONS[Form.SCALE], "storage": SECTIONS[Form.STORAGE]}
+    assert list(in_sections(params)) == ["model", "lr", "num_workers", "dtype", "storage"]
+
+    @dataclasses.dataclass
+    class Unsectioned:
+        steps: int = option(1, "steps")
+
+    with pytest.raises(BertPipelineError, match="Unsectioned.steps has no trigger-form section"):
+        config_params(Unsectioned, ["steps"])
+    from airflow.sdk import Param
+
+    with pytest.raises(BertPipelineError, match="Param 'x': section 'misc' is not a trigger-form section"):
+        in_sections({"x": Param(1, type="integer", section="misc")})
+    with pytest.raises(BertPipelineError, match="no trigger-form section 'misc'"):
+        section("misc")
+
+
 def test_settings_leave_empty_params_to_the_library():
     assert settings_from({"lr": None, "dtype": "bfloat16", "other": 1}, ["lr", "dtype"]) == {"dtype": "bfloat16"}
     assert settings_from({"pretrain_lr": 1e-3, "lr": 2e-3}, ["lr"], "pretrain_") == {"lr": 1e-3}

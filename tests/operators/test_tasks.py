@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,9 @@ def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatc
     assert (squad.settings["batch_size"], squad.settings["optimizer"]) == (12, "adamw")
     assert sst2.search == squad.search == {"lr": [1e-4, 3e-4]}
     assert plan()[0].settings["lr"] == 1e-4 and plan()[0].search == {}
+    # A search of one task only: the others train once.
+    sst2, squad = plan(search={"sst-2": {"lr": [1e-4, 3e-4]}})
+    assert (sst2.search, squad.search) == ({"lr": [1e-4, 3e-4]}, {})
 
     # `recipe`, the form's former name of `preset`, still works (a conf sent to the REST API), with a warning.
     conf = {k: v for k, v in defaults.items() if k != "preset"}
@@ -156,6 +160,10 @@ def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatc
         (dict(overrides={"mrpc": {"epochs": 1}}), "overrides: mrpc not among the run's tasks"),
         (dict(overrides={"sst-2": 3}), "overrides: expected an object of task"),
         (dict(search={"lr": []}), r"search.lr: expected a non-empty list"),
+        (dict(search={"mrpc": {"lr": [1e-4]}}), "search: mrpc not among the run's tasks"),
+        (dict(model="bert_2_64_2"), "model: unknown model 'bert_2_64_2': not a directory and not a zoo name"),
+        (dict(model=str(tmp_path / "no-model")), "model: no such model directory"),
+        (dict(search={"squad": {"lr": 1e-4}}), r"search.squad.lr: expected a non-empty list"),
         (dict(search="preset"), "search: 'preset' needs a preset with a search protocol"),
         (dict(search={"lr": [1e-4]}, num_workers=2), "task sst-2: a search runs one worker per trial"),
         (dict(tasks={"cola": str(tmp_path)}), f"tasks.cola: {tmp_path} has no training file"),
@@ -251,3 +259,11 @@ def test_demo_params_are_the_library_fields_and_keep_the_old_names(tmp_path, mon
                           (dict(pretrain_steps=8, pretrain_num_steps=9), "give pretrain_num_steps only")]:
         with pytest.raises(BertPipelineError, match=message):
             plan(**conf)
+
+
+def test_the_summary_lists_models_in_the_plan_order_whatever_order_the_tasks_finished(tmp_path):
+    """A mapped task's results reach the next task in the order they finished (seen under the CeleryExecutor)."""
+    finished = [{"name": "bert-squad", "promoted": True}, {"name": "bert-sst-2", "promoted": False}]
+    summary = ops.summarize(finished, str(tmp_path / "summary.json"), ["bert-sst-2", "bert-squad"])
+    assert [m["name"] for m in summary["models"]] == ["bert-sst-2", "bert-squad"]
+    assert json.loads((tmp_path / "summary.json").read_text())["models"] == summary["models"]

@@ -32,6 +32,21 @@ def test_every_param_has_default_and_description(dagbag):
             assert param.description, f"{dag_id}: param {name} has no description"
 
 
+def test_every_param_is_in_a_form_section(dagbag):
+    """Each DAG's trigger form reads like a recipe: every Param in one of the sections of operators.params
+    (data, model, optimization, ... each titled with its sentence), each section one block, in SECTIONS' order."""
+    from operators.params import SECTIONS
+
+    order = list(SECTIONS.values())
+    for dag_id in ("bert_demo", "bert_pretraining", "bert_finetune", "bert_nightly_regression"):
+        dag = dagbag.dags[dag_id]
+        shown = [dag.params.get_param(name).schema.get("section") for name in dag.params]
+        assert all(title in order for title in shown), (dag_id, set(shown) - set(order))
+        blocks = [title for i, title in enumerate(shown) if i == 0 or shown[i - 1] != title]
+        assert blocks == sorted(set(shown), key=order.index), f"{dag_id}: sections out of order: {blocks}"
+        assert len(blocks) >= 4, f"{dag_id}: {blocks}"
+
+
 def _edges(dag) -> set[tuple[str, str]]:
     return {(t.task_id, d) for t in dag.tasks for d in t.downstream_task_ids}
 

@@ -319,3 +319,27 @@ def test_predicted_token_outputs_never_answer_from_padding(tmp_path):
                         Precision("float32", torch.device("cpu")), torch.device("cpu"))[name]
         np.testing.assert_allclose(out[name][1, :5], alone[0, :5], atol=1e-5)
         assert (out[name][1, :5] > -1e3).all()
+
+
+def test_a_finished_run_on_s3_is_found_up_to_date_from_another_machine(tiny_bert, tmp_path, monkeypatch):
+    """Data, model and output on S3; the same run again with another local cache (another Celery worker, another
+    HOME) finds the output up to date instead of refusing it as another result: the manifest names the inputs by
+    their s3:// URIs, not by their cached copies' paths."""
+    from bert_core.io import storage
+    from tests import multinode_cluster
+
+    with multinode_cluster.moto_s3():
+        storage.s3_client().create_bucket(Bucket="ftrun")
+        storage.upload_dir(toy_tasks.write_sst2(tmp_path / "sst2", n_train=16, n_dev=8), "s3://ftrun/data")
+        storage.upload_dir(tiny_bert, "s3://ftrun/tiny")
+        cfg = FinetuneConfig(task="sst-2", data_dir="s3://ftrun/data", model="s3://ftrun/tiny",
+                             output="s3://ftrun/out", epochs=1, max_seq_length=16, **FAST)
+        monkeypatch.setenv("BERT_PIPELINE_CACHE", str(tmp_path / "worker-1-cache"))
+        first = finetune(cfg)
+        uris = {i["uri"] for i in first["inputs"]}
+        assert {"s3://ftrun/data/train.tsv", "s3://ftrun/data/dev.tsv", "s3://ftrun/tiny/model.safetensors"} <= uris
+        assert all(uri.startswith("s3://ftrun/") for uri in uris), uris
+        monkeypatch.setenv("BERT_PIPELINE_CACHE", str(tmp_path / "worker-2-cache"))
+        again = finetune(cfg)
+    assert (again["started_at"], again["finished_at"]) == (first["started_at"], first["finished_at"])
+

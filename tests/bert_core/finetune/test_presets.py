@@ -53,6 +53,19 @@ def test_search_grids():
         presets.grid_for("sst-2", {"lr": 1e-4})
 
 
+def test_a_search_per_task_names_the_tasks_that_search():
+    search = {"SST-2": {"lr": [1e-4, 3e-4]}, "rte": "preset"}
+    assert presets.per_task_search(search) == {"sst-2": {"lr": [1e-4, 3e-4]}, "rte": "preset"}
+    assert presets.grid_for("sst-2", search) == {"lr": [1e-4, 3e-4]}
+    assert presets.grid_for("rte", search, "bert-paper") == {"lr": [5e-5, 4e-5, 3e-5, 2e-5], "seed": [1, 2, 3]}
+    assert presets.grid_for("squad", search) == {}  # not named: no search
+    assert presets.per_task_search({"lr": [1e-4]}) is None  # one grid for every task
+    with pytest.raises(BertPipelineError, match=r"search.sst-2.max_seq_length: not a setting a search varies"):
+        presets.grid_for("sst-2", {"sst-2": {"max_seq_length": [64]}})
+    with pytest.raises(BertPipelineError, match=r"search.sst-2: expected 'preset' or an object"):
+        presets.grid_for("sst-2", {"sst-2": [1e-4]})
+
+
 def test_search_recipe_is_a_deprecated_name_of_search_preset(caplog):
     """The bert_finetune form shipped `search: "recipe"`: it still runs the preset's grid, with a warning."""
     with caplog.at_level("WARNING", logger="bert_core.finetune.presets"):

@@ -132,3 +132,20 @@ def test_artifacts_stay_with_their_store(tmp_path, monkeypatch):
     assert tracking.artifact_location("e", "http://mlflow:5000") == "s3://bucket/mlflow/e"
     monkeypatch.delenv(tracking.ARTIFACT_ROOT_ENV)
     assert tracking.artifact_location("e", "http://mlflow:5000") is None  # the server's own default
+
+
+def test_params_logged_again_keep_their_first_value(tmp_path, monkeypatch):
+    """A Ray Train worker group restarted without a checkpoint logs its params again into the same run, with
+    another world size: MLflow would refuse the change and fail the run; the first value stays."""
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
+    first = tracking.build_tracker(True, run_name="restarted")
+    first.log_params({"world_size": 2, "batch_size": 8})
+    first.end()  # (the first group's process ended; the run goes on)
+    again = tracking.MlflowTracker(tracking_uri=first.tracking_uri, run_id=first.run_id)
+    again.log_params({"world_size": 1, "batch_size": 8, "lr": 0.001})
+    again.end()
+    params = mlflow.MlflowClient(first.tracking_uri).get_run(first.run_id).data.params
+    assert params == {"world_size": "2", "batch_size": "8", "lr": "0.001"}

@@ -1,15 +1,17 @@
 """Pretraining on a real multi-node Ray cluster on loopback (ARCHITECTURE §9): a head that runs no training and
 two worker nodes, each its own raylet with one CPU, so the two training workers land one on each node. Nodes
 share no disk: shards, Ray Train's checkpoints (--storage), the output model and the tests' step records are
-s3:// URIs on the moto server.
+s3:// URIs on the moto server. One cluster serves both tests: a node the first one loses is started again
+before the second (a new raylet with the same resources).
 
 - A drain notice with a deadline (Ray's GCS drain API, reason PREEMPTION: what `ray drain-node` and a cloud's
-  spot notice send) at step k: the workers checkpoint at once and hold; the node goes before its deadline; Ray
-  Train restarts the elastic group (--num-workers 1:2) on the remaining node from that checkpoint: every step
-  runs exactly once.
-- The raylet of a worker node SIGKILLed at step k: the group shrinks to the remaining node instead of waiting
-  for the lost one, redoes at most the steps since the last checkpoint, and ends with the weights of a
-  fixed-size uninterrupted run.
+  spot notice send) at step k: the workers checkpoint at once and hold (a 10 s notice leaves no room to train
+  on: bert_core.launch.ray_train.DRAIN_MARGIN_S); the node goes before its deadline; Ray Train restarts the
+  elastic group (--num-workers 1:2) on the remaining node from that checkpoint: every step runs exactly once.
+- The raylet of a worker node SIGKILLed at step k, and the node started again later: the group shrinks to the
+  remaining node instead of waiting for the lost one, redoes only the steps since the last checkpoint, grows
+  back to two workers when the node returns (Ray Train's elastic resize, again from the latest checkpoint), and
+  ends with the weights of a fixed-size uninterrupted run; MLflow holds the world size by step and both resizes.
 """
 
 from __future__ import annotations
@@ -27,15 +29,16 @@ from bert_core.io import storage
 from bert_core.launch.run import run_step
 from bert_core.model.weights import read_state_dict
 from bert_core.pretrain.step import PRETRAIN, PretrainConfig, pretrain
+from evaluation.step_timeline import RecordSteps, recorded_steps, recorded_timeline
 from tests import multinode_cluster
-from tests.fault_injection import RecordSteps, SignalAtStep, recorded_steps
+from tests.fault_injection import SignalAtStep
 from tests.synthetic_shards import tiny_model_config, write_shards
-
-ray = pytest.importorskip("ray")
 
 STEPS = 24
 BUCKET = "multinode"
 WATCHER_POLL_S = 0.5
+WORKERS = ("node_a", "node_b")
+RESIZE_S = 5.0  # --resize-interval of the run that grows back
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +65,21 @@ def s3_env():
         yield make, read_state_dict(root / "reference" / "model.safetensors")
 
 
-@pytest.fixture
-def cluster(s3_env):
-    """A fresh cluster per test (a head with 0 CPUs: no training there, two 1-CPU worker nodes) that the driver,
-    this process, joins. Fresh: Ray Data's AutoscalingCoordinator, which sizes elastic groups, keeps a finished
-    run's reservation for a while, so a second run on the same cluster may start smaller."""
-    with multinode_cluster.joined_cluster() as nodes:
+@pytest.fixture(scope="module")
+def nodes(s3_env):
+    """The cluster (a head with 0 CPUs: no training there, two 1-CPU worker nodes) that the driver, this process,
+    joins."""
+    with multinode_cluster.joined_cluster(WORKERS) as nodes:
         yield nodes
+
+
+@pytest.fixture
+def cluster(nodes):
+    """The cluster with both worker nodes up: one an earlier test lost joins again."""
+    for name in WORKERS:
+        if not nodes.alive(name):
+            nodes.restart_worker(name)
+    return nodes
 
 
 def _weights(uri: str) -> dict[str, torch.Tensor]:
@@ -123,37 +134,54 @@ def test_drain_notice_loses_no_step(cluster, s3_env):
     _assert_same_weights(_weights(config.output), reference)
 
 
-def test_node_killed_without_notice_shrinks_and_redoes_only_steps_since_the_checkpoint(cluster, s3_env, tmp_path,
-                                                                                      monkeypatch):
+def test_node_lost_without_notice_shrinks_the_group_which_grows_back_when_it_returns(cluster, s3_env, tmp_path,
+                                                                                    monkeypatch):
     make, reference = s3_env
     name = "killed"
-    records, signal_uri = f"s3://{BUCKET}/{name}/steps", f"s3://{BUCKET}/{name}/signal.json"
+    records = f"s3://{BUCKET}/{name}/steps"
+    lost_uri, shrunk_uri = f"s3://{BUCKET}/{name}/lost.json", f"s3://{BUCKET}/{name}/shrunk.json"
     # MLflow on a local SQLite file: one machine here; a real cluster uses a tracking server.
     monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
-    config = make(name, run_name="killed", tracking=True)
+    config = make(name, run_name=name, tracking=True, resize_interval=RESIZE_S)
+    lost: list[str] = []
 
-    def kill_raylet(record: dict) -> None:
-        cluster.kill_raylet(cluster.name_of(record["node_id"]))
+    def machine_vanishes(record: dict) -> None:
+        lost.append(cluster.name_of(record["node_id"]))
+        cluster.kill_raylet(lost[0])
 
-    watcher = _when_signalled(signal_uri, kill_raylet)
-    started = time.monotonic()
-    result = run_step(PRETRAIN, config, hooks=[RecordSteps(records), SignalAtStep(12, signal_uri, hold=True)])
-    watcher.join(timeout=30)
-    steps = recorded_steps(records)
-    ran = [s for s, _ in steps]
-    assert sorted(set(ran)) == list(range(1, STEPS + 1))  # no gap
-    redone = sorted(s for s in set(ran) if ran.count(s) > 1)
-    assert redone and set(redone) <= set(range(11, 14)), redone  # since the checkpoint of step 10 only
-    assert {w for s, w in steps if s > 13} == {1}  # shrunk to the remaining node, not waiting for the lost one
-    assert result["training"]["world_size"] == 1
-    assert time.monotonic() - started < 150
+    def machine_returns(record: dict) -> None:
+        cluster.restart_worker(lost[0])
+
+    watchers = [_when_signalled(lost_uri, machine_vanishes), _when_signalled(shrunk_uri, machine_returns)]
+    # Step 12: rank 1's node is killed (the last checkpoint is step 10's). Step 17 of the shrunk group: the node
+    # comes back, and the one worker waits there, inside a hook, for Ray Train's resize: so it reaches no step
+    # boundary to take the checkpoint a group that can grow takes (tested in process in test_pretrain.py), and the
+    # grow resumes from the periodic checkpoint of step 15, which keeps the redone steps exact here.
+    result = run_step(PRETRAIN, config, hooks=[RecordSteps(records), SignalAtStep(12, lost_uri, hold=True),
+                                                SignalAtStep(17, shrunk_uri, rank=0, world=1, hold=True)])
+    for watcher in watchers:
+        watcher.join(timeout=30)
+    timeline = recorded_timeline(records)
+    assert sorted({r["step"] for r in timeline}) == list(range(1, STEPS + 1))  # no gap
+    # One attempt per worker group, in order: (world size, first step, last step). Redone: steps 11-12 (since
+    # the checkpoint of step 10) after the loss, 16-17 (since step 15's) when the group grew; nothing else.
+    attempts: dict[str, list[dict]] = {}
+    for record in timeline:
+        attempts.setdefault(record["attempt"], []).append(record)
+    ranges = [(steps[0]["world"], steps[0]["step"], steps[-1]["step"]) for steps in attempts.values()]
+    assert ranges == [(2, 1, 12), (1, 11, 17), (2, 16, STEPS)], ranges
+    for steps in attempts.values():
+        assert [r["step"] for r in steps] == list(range(steps[0]["step"], steps[-1]["step"] + 1))
+        assert {r["world"] for r in steps} == {steps[0]["world"]}
+    assert result["training"]["world_size"] == 2
     _assert_same_weights(_weights(config.output), reference)
-    # The resize is in the run's MLflow record: the world size by step and one readable line.
+    # Both resizes are in the run's MLflow record: the world size by step and one readable line each.
     import mlflow
 
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}")
     history = client.get_metric_history(result["mlflow_run_id"], "world_size")
-    assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.timestamp)] == [(0, 2.0), (10, 1.0)]
-    line = client.get_run(result["mlflow_run_id"]).data.tags["resize.1"]
-    assert line.startswith("pretrain step 10: world size 2 -> 1 (worker rank 1 failed: "), line
+    assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.timestamp)] == [(0, 2.0), (10, 1.0), (15, 2.0)]
+    tags = client.get_run(result["mlflow_run_id"]).data.tags
+    assert tags["resize.1"].startswith("pretrain step 10: world size 2 -> 1 (worker rank 1 failed: "), tags
+    assert tags["resize.2"] == "pretrain step 15: world size 1 -> 2 (resources for 2 workers are available)", tags

@@ -80,6 +80,23 @@ def test_head_checkpoint_into_encoder_and_other_heads(tmp_path):
     assert "bert.pooler.dense.weight" in qa.load_report.ignored
 
 
+def test_unused_weights_are_reported_only_when_unexpected(tmp_path, caplog):
+    """A pretrained checkpoint's MLM/NSP heads (and, for a head without one, its pooler) are dropped by design when
+    it is loaded as an encoder or for a task: nothing is said. A head trained for another task, dropped, is a
+    warning that names it."""
+    caplog.set_level("INFO", logger="bert_core")
+    modeling.BertForPreTraining(TINY).save_pretrained(str(tmp_path / "pre"))
+    modeling.BertModel.from_pretrained(str(tmp_path / "pre"))
+    modeling.BertForQuestionAnswering.from_pretrained(str(tmp_path / "pre"))
+    assert "not used by this model" not in caplog.text
+    modeling.BertForSequenceClassification(TINY.replace(num_labels=2)).save_pretrained(str(tmp_path / "clf"))
+    qa = modeling.BertForQuestionAnswering.from_pretrained(str(tmp_path / "clf"))
+    assert sorted(qa.load_report.unexpected_unused) == ["classifier.bias", "classifier.weight"]
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "not used by this model" in warnings[0].message
+    assert "classifier.weight" in warnings[0].message and "pooler" not in warnings[0].message
+
+
 def test_missing_encoder_weights_refuse_to_load(tmp_path):
     model = modeling.BertModel(TINY)
     model.save_pretrained(str(tmp_path / "m"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bert_core.pretrain.learning_watch import Baseline, LearningWatch
+from bert_core.pretrain.learning_watch import Baseline, LearningWatch, chance_findings
 
 BASE = Baseline(mlm=0.06, nsp=0.5)
 
@@ -74,3 +74,41 @@ def test_final_check_names_what_it_was_measured_on():
     watch = LearningWatch(100, BASE)
     verdict = watch.finish(100, {"mlm_accuracy": 0.05, "nsp_accuracy": 0.9}, heldout=False)
     assert verdict.status == "not_learning" and "(training, step 100)" in verdict.problems[0]
+
+
+def test_summary_states_the_final_figures_and_separately_what_was_seen_earlier():
+    # The demo's run (issue 27): at chance on the held-out documents at step 75, well above it at the end, NSP at
+    # its majority label throughout.
+    watch = LearningWatch(300, Baseline(mlm=0.136, nsp=0.667))
+    watch.observe_train(75, {"loss": 6.0, "mlm_accuracy": 0.15})
+    watch.observe_eval(75, {"mlm_accuracy": 0.142})
+    assert watch.check(75)
+    verdict = watch.finish(300, {"mlm_accuracy": 0.201, "nsp_accuracy": 0.667})
+    assert verdict.status == "warned"
+    final, _, earlier = verdict.summary.partition(" Seen earlier: ")
+    assert final == ("learning check: at the end (held-out, step 300), masked-LM accuracy 0.201, 0.065 above "
+                     "chance (always the most frequent masked token scores 0.136); next-sentence accuracy 0.667 "
+                     "is at chance (always the majority label scores 0.667).")
+    assert earlier == ("masked-LM accuracy 0.142 (held-out, step 75) was at chance (always the most frequent masked "
+                       "token scores 0.136).")
+    assert "but" not in verdict.summary and verdict.as_dict()["summary"] == verdict.summary
+
+
+def test_summary_of_a_run_that_did_not_learn_and_of_one_that_did():
+    stuck = LearningWatch(100, BASE).finish(100, {"mlm_accuracy": 0.07, "nsp_accuracy": 0.9})
+    assert stuck.summary.startswith("this run did not learn: at the end (held-out, step 100), masked-LM accuracy "
+                                    "0.070 is at chance")
+    assert "next-sentence accuracy 0.900, 0.400 above chance" in stuck.summary and "Seen earlier" not in stuck.summary
+    learned = LearningWatch(100, BASE)
+    learned.observe_train(25, {"loss": 7.0, "mlm_accuracy": 0.3})
+    assert learned.check(25) == []
+    assert learned.finish(100, {"mlm_accuracy": 0.3}).summary == (
+        "learning check: at the end (held-out, step 100), masked-LM accuracy 0.300, 0.240 above chance (always the "
+        "most frequent masked token scores 0.060).")
+
+
+def test_chance_findings_name_the_skill_and_what_scores_chance():
+    metrics = {"mlm_accuracy": 0.2, "mlm_accuracy_chance": 0.136, "nsp_accuracy": 0.6667,
+               "nsp_accuracy_chance": 0.6667, "loss": 4.9}
+    assert chance_findings(metrics) == [("next-sentence prediction", 0.6667, 0.6667, "always the majority label")]
+    assert chance_findings({"accuracy": 0.5}) == []

@@ -12,7 +12,7 @@ import torch
 from bert_core.errors import BertPipelineError, CheckpointMismatchError
 from bert_core.io import manifest
 from bert_core.model.modeling import BertForPreTraining
-from bert_core.pretrain.step import PretrainConfig, pretrain
+from bert_core.pretrain.step import PretrainConfig, check_inputs, pretrain
 from bert_core.pretrain.stream import PretrainStream, ShardSet, StreamConfig
 from bert_core.train.loop import NonFiniteLossError
 from tests.fault_injection import FailAtStep
@@ -131,6 +131,70 @@ def test_kill_and_resume_equals_uninterrupted(cfg, tmp_path, monkeypatch):
     assert killed.losses()[:4] + resumed.losses() == straight.losses()  # exactly, step by step
     assert result["metrics"] == pytest.approx(json.loads((tmp_path / "straight" / "manifest.json").read_text())[
         "metrics"], rel=0, abs=0)
+
+
+class Held(Exception):
+    def __init__(self, step: int):
+        super().__init__(step)
+        self.step = step
+
+
+class DrainNotice:
+    """A Preemption (bert_core.train.step_spec) whose notice comes after step `at` and leaves `left` more steps
+    before the last checkpoint; its hold ends the run, as Ray Train stopping the workers does."""
+
+    may_grow = False
+
+    def __init__(self, at: int, left: int):
+        self.at, self.left, self.asked = at, left, []
+
+    def noticed(self, step: int) -> bool:
+        self.asked.append(("noticed", step))
+        return step >= self.at
+
+    def steps_left(self, step_seconds: float, checkpoint_seconds: float) -> int:
+        self.asked.append(("steps_left", step_seconds > 0, checkpoint_seconds > 0))
+        return self.left
+
+    def hold(self, step: int) -> None:
+        raise Held(step)
+
+
+@pytest.mark.parametrize("left, checkpoints", [(0, [3]), (2, [3, 5])])
+def test_a_drain_notice_checkpoints_at_once_trains_on_while_there_is_time_then_checkpoints_and_holds(
+        cfg, tmp_path, left, checkpoints):
+    notice = DrainNotice(at=3, left=left)
+    with pytest.raises(Held) as held:
+        pretrain(cfg(ckpt_dir=str(tmp_path / "ck"), num_steps=10, keep_checkpoints=0), preemption=notice)
+    assert held.value.step == checkpoints[-1]
+    assert sorted(p.name for p in (tmp_path / "ck").glob("step-*")) == [f"step-{s:08d}" for s in checkpoints]
+    # Asked after every step until the notice, then told how long the steps and the checkpoint take.
+    assert notice.asked == [("noticed", 1), ("noticed", 2), ("noticed", 3), ("steps_left", True, True)]
+    assert not (tmp_path / "out").exists()
+
+
+class GrowNotice:
+    """A Preemption whose group is below its maximum (`may_grow`) and could grow after step `at`."""
+
+    def __init__(self, at: int, may_grow: bool = True):
+        self.at, self.may_grow, self.steps = at, may_grow, 0
+
+    def grow_possible(self) -> bool:
+        self.steps += 1
+        return self.steps == self.at
+
+    def noticed(self, step: int) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("may_grow, checkpoints", [(True, ["step-00000004"]), (False, [])])
+def test_room_for_a_larger_group_makes_a_checkpoint_the_resize_continues_from(cfg, tmp_path, may_grow,
+                                                                               checkpoints):
+    notice = GrowNotice(at=4, may_grow=may_grow)
+    result = pretrain(cfg(ckpt_dir=str(tmp_path / "ck"), num_steps=6, keep_checkpoints=0), preemption=notice)
+    assert result["training"]["steps"] == 6  # training went on
+    assert sorted(p.name for p in (tmp_path / "ck").glob("step-*")) == checkpoints
+    assert notice.steps == (6 - 1 if may_grow else 0)  # asked after every step but the last; never when it cannot grow
 
 
 def test_checkpoints_are_model_dirs_and_pruned(cfg, tmp_path):
@@ -295,7 +359,7 @@ def s3(monkeypatch):
     server.stop()
 
 
-def test_s3_shards_checkpoints_and_output(cfg, data, s3, tmp_path):
+def test_s3_shards_checkpoints_and_output(cfg, data, s3, tmp_path, monkeypatch):
     for path in sorted(data.iterdir()):
         s3.upload_file(path, f"s3://bert/shards/{path.name}")
     common = dict(data="s3://bert/shards/part-*.npz", output="s3://bert/models/tiny", ckpt_dir="s3://bert/ckpt",
@@ -312,6 +376,17 @@ def test_s3_shards_checkpoints_and_output(cfg, data, s3, tmp_path):
     assert resumed.losses() == straight.losses()[2:]
     assert {"config.json", "model.safetensors", "manifest.json"} <= set(s3.list_files("s3://bert/models/tiny"))
     assert BertForPreTraining.from_pretrained("s3://bert/models/tiny").config.hidden_size == 32
+    # The same run again (a retried Airflow task): the output on S3 is this result, so nothing runs; other weights
+    # named by the manifest missing there: another result, refused.
+    assert check_inputs(cfg(**common, resume="latest"))[1] == manifest.read("s3://bert/models/tiny")
+    # ... also on another machine (another local cache of the shards): the inputs are named by their URIs.
+    monkeypatch.setenv("BERT_PIPELINE_CACHE", str(tmp_path / "another-machine-cache"))
+    assert check_inputs(cfg(**common, resume="latest"))[1] == manifest.read("s3://bert/models/tiny")
+    assert all(i["uri"].startswith("s3://bert/shards/") for i in manifest.read("s3://bert/models/tiny")["inputs"])
+    bucket, key = s3.split_s3("s3://bert/models/tiny/model.safetensors")
+    s3.s3_client().delete_object(Bucket=bucket, Key=key)
+    with pytest.raises(BertPipelineError, match="already exists and is not this run's result"):
+        check_inputs(cfg(**common, resume="latest"))
 
 
 def test_output_carries_the_vocab_the_shards_were_made_with(cfg, tmp_path):

@@ -1,0 +1,247 @@
+"""One DAG run in this process, as `bert-pipeline demo` and `bert-pipeline run` start it: Airflow's dag.test() on
+the embedded home (tasks in this process, local Ray, sqlite MLflow), with the run view on the terminal and
+everything else in the run's log file.
+
+The run's directory holds `run.log` (all output of the run) and `run.json` (the DAG run's id, state, conf, and
+each task's state, times, key figure and return value), for a person and for tools such as the run report. It
+is the run's work_dir when that is a local directory, else HOME/runs/<dag_id>/<UTC timestamp>.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bert_core.errors import BertPipelineError
+from bert_pipeline.run_output import clean_line, output_to_log
+from bert_pipeline.run_view import TaskLine, make_view, task_lines
+
+RUN_LOG = "run.log"
+RUN_RECORD = "run.json"
+TAIL_LINES = 25  # of a failed task's log, shown on the terminal
+TAILED_TASKS = 2  # at most this many failed tasks' tails
+
+
+@dataclass
+class DagRunResult:
+    dag_id: str
+    run_id: str
+    state: str  # the DAG run's state: success, failed
+    conf: dict[str, Any]
+    run_dir: Path
+    log_path: Path
+    started_at: dt.datetime
+    ended_at: dt.datetime
+    tasks: list[TaskLine]
+    report: str | None = None  # where the run's report.html is, or why there is none
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == "success"
+
+    def task(self, task_id: str) -> TaskLine:
+        return next(t for t in self.tasks if t.task_id == task_id)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dag_id": self.dag_id, "run_id": self.run_id, "state": self.state, "conf": self.conf,
+                "run_dir": str(self.run_dir), "log": str(self.log_path),
+                "started_at": self.started_at.isoformat(), "ended_at": self.ended_at.isoformat(),
+                "seconds": (self.ended_at - self.started_at).total_seconds(),
+                "tasks": [t.to_json() for t in self.tasks]}
+
+
+def conf_from(text: str | None = None, path: str | None = None) -> dict[str, Any]:
+    """The run's conf: the JSON object in the file at `path`, then the one in `text` over it (--conf-file,
+    --conf). Errors name the flag (and file), the line and column."""
+
+    def parse(source: str, where: str) -> dict[str, Any]:
+        try:
+            value = json.loads(source)
+        except json.JSONDecodeError as exc:
+            raise BertPipelineError(f"{where}: not JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        if not isinstance(value, dict):
+            raise BertPipelineError(f"{where}: expected a JSON object of DAG params, e.g. "
+                                    f"'{{\"num_steps\": 10}}', not a {type(value).__name__}")
+        return value
+
+    conf: dict[str, Any] = {}
+    if path:
+        try:
+            source = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise BertPipelineError(f"--conf-file {path}: {exc.strerror or exc}") from None
+        conf.update(parse(source, f"--conf-file {path}"))
+    if text:
+        conf.update(parse(text, "--conf"))
+    return conf
+
+
+def run_dir_for(home: Path, dag_id: str, conf: dict[str, Any], stamp: str) -> Path:
+    """The run's work_dir when it is a local directory, else HOME/runs/<dag_id>/<stamp>."""
+    from bert_core.io import storage
+
+    work = (conf.get("work_dir") or "").strip()
+    if work and not storage.is_s3(work):
+        return Path(work).absolute()
+    return home / "runs" / dag_id / stamp
+
+
+def task_log_tail(log_path: Path, task_id: str, map_index: int | None, lines: int = TAIL_LINES) -> list[str]:
+    """The last `lines` lines of one task's part of the run log: between dag.test()'s `starting task_id=...` and
+    `end task task_id=...` lines for it (the last try), or the log's end when those are not found."""
+    # Lines end at "\n" only: a progress bar's "\r" redraws stay on their line (clean_line keeps the last).
+    with open(log_path, encoding="utf-8", errors="replace", newline="") as log:
+        text = log.read().split("\n")
+    index = -1 if map_index is None else map_index
+    begin = re.compile(rf"starting task_id={re.escape(task_id)} map_index={index}\b")
+    end = re.compile(rf"end task task_id={re.escape(task_id)} map_index={index}\b")
+    starts = [i for i, line in enumerate(text) if begin.search(line)]
+    if starts:
+        first = starts[-1]
+        last = next((i for i in range(first + 1, len(text)) if end.search(text[i])), len(text))
+        text = text[first + 1:last]
+    cleaned = [clean_line(line) for line in text]
+    kept = [line for line in cleaned if line and not any(mark in line for mark in BOOKKEEPING)]
+    return _shorten_tracebacks(kept)[-lines:]
+
+
+# Lines that record only Airflow's own bookkeeping of the task (its execution API calls, log groups).
+BOOKKEEPING = ("[airflow.api_fastapi.execution_api", "::group::", "::endgroup::", "[DAG TEST]")
+
+
+def _shorten_tracebacks(lines: list[str]) -> list[str]:
+    """Each Python traceback down to its frame count, its last frame (where the error was raised) and the
+    exception line that follows; the whole traceback stays in the log."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        if lines[i] != "Traceback (most recent call last):":
+            out.append(lines[i])
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and lines[j].startswith(" "):
+            j += 1
+        frames = [k for k in range(i + 1, j) if lines[k].lstrip().startswith("File ")]
+        out.append(f"Traceback: {len(frames)} frame(s) (all in the log), the last:")
+        if frames:
+            out += [line for line in lines[frames[-1]:j] if line.strip(" ^~")]
+        i = j
+    return out
+
+
+def failure_text(result: DagRunResult) -> str:
+    """What the terminal shows after a failed run: each failed task's last log lines, and the log file."""
+    failed = [t for t in result.tasks if t.state == "failed"]
+    lines = [""]
+    if not failed:
+        lines.append(f"{result.dag_id} ended {result.state}; no task failed (see the log).")
+    for task in failed[:TAILED_TASKS]:
+        where = f"{task.task_id}[{task.failed_map_index}]" if task.mapped else task.task_id
+        lines.append(f"{where} failed. The end of its log:")
+        lines += [f"  | {line}" for line in task_log_tail(result.log_path, task.task_id, task.failed_map_index)]
+    if len(failed) > TAILED_TASKS:
+        lines.append(f"... and {len(failed) - TAILED_TASKS} more failed task(s): "
+                     + ", ".join(t.task_id for t in failed[TAILED_TASKS:]))
+    lines.append(f"Full log: {result.log_path}")
+    return "\n".join(lines)
+
+
+def _write_record(result: DagRunResult) -> None:
+    path = result.run_dir / RUN_RECORD
+    with tempfile.NamedTemporaryFile("w", dir=result.run_dir, prefix=".run.json.", delete=False) as tmp:
+        json.dump(result.to_json(), tmp, indent=2, default=str)
+        tmp.write("\n")
+    os.replace(tmp.name, path)
+
+
+def _report(result: DagRunResult) -> str | None:
+    """The run's report.html (bert_pipeline/report), built from its work dir whatever the run's outcome (a failed
+    run's report shows how far it got); returns the line that says where it is, or why there is none. Built while
+    the run's output still goes to its log, so the report's own messages land there too."""
+    work = (result.conf.get("work_dir") or "").strip()
+    if not work:
+        return None
+    from bert_pipeline.report.build import from_run_dir
+    from operators.airflow_tasks import s3_credentials_from_connection
+
+    try:
+        with s3_credentials_from_connection():  # an s3:// work dir, read with the credentials the tasks had
+            built = from_run_dir(work)
+    except Exception as exc:  # noqa: BLE001  (the run's outcome stands; the traceback is in the log)
+        import traceback
+
+        traceback.print_exc()
+        return f"No report: {type(exc).__name__}: {exc} (log: {result.log_path})"
+    return f"Report (open it in a browser): {built.path}"
+
+
+def _ray_initialized() -> bool:
+    ray = sys.modules.get("ray")
+    return bool(ray is not None and ray.is_initialized())
+
+
+def run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, home: str | os.PathLike | None = None,
+            verbose: bool = False) -> DagRunResult:
+    """Run `dag_id` once with `conf` (dag.test() on the embedded home at `home`), showing the run view; returns
+    the result, also written to RUN_DIR/run.json. A failed run prints each failed task's log tail. Raises
+    BertPipelineError when the run cannot start (a conf the DAG's Params reject, a DAG that does not load)."""
+    from bert_pipeline.dags_folder import load_dag
+    from bert_pipeline.embedded_home import setup_home
+    from bert_pipeline.run_state import RunWatch
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_path = run_dir / RUN_LOG
+    with output_to_log(log_path, echo=verbose) as terminal:
+        out = terminal.stream
+        out.write(f"{dag_id}: log {log_path}" + ("" if verbose else "   (--verbose: stream it here)") + "\n")
+        out.flush()
+        ray_before = _ray_initialized()
+        setup_home(home, serialize=False)  # dag.test() serializes the DAGs folder
+        dag = load_dag(dag_id)  # imports Airflow, which reads the home set just now
+        from airflow.models.dagrun import DagRun
+        from airflow.sdk import timezone
+        from airflow.utils.types import DagRunType
+
+        when = timezone.utcnow()
+        run_id = DagRun.generate_run_id(run_type=DagRunType.MANUAL, logical_date=when, run_after=when)
+        out.write(f"{dag_id}: run {run_id}\n")
+        task_ids = [t.task_id for t in dag.topological_sort()]
+        view = make_view(terminal, verbose)
+        view.start(task_ids)
+        watch = RunWatch(dag_id, run_id, lambda rows: view.update(task_lines(task_ids, rows)))
+        watch.start()
+        error: Exception | None = None
+        dag_run = None
+        try:
+            dag_run = dag.test(run_after=when, logical_date=when, run_conf=conf)
+        except Exception as exc:  # noqa: BLE001  (said on the terminal below; the traceback is in the log)
+            import traceback
+
+            traceback.print_exc()
+            error = exc
+        finally:
+            rows = watch.stop()
+            lines = task_lines(task_ids, rows or [])
+            view.stop(lines)
+        state = getattr(dag_run, "state", None) or "failed"
+        state = str(getattr(state, "value", state))
+        result = DagRunResult(dag_id, getattr(dag_run, "run_id", None) or run_id, state, conf, run_dir, log_path,
+                              when, dt.datetime.now(dt.UTC), lines)
+        _write_record(result)
+        result.report = _report(result)
+        if not ray_before and _ray_initialized():
+            sys.modules["ray"].shutdown()  # the local Ray this run started; its goodbye goes to the log
+        if error is not None:
+            raise BertPipelineError(f"{dag_id}: the run did not start or finish: {type(error).__name__}: "
+                                    f"{error} (log: {log_path})")
+        if not result.succeeded:
+            out.write(failure_text(result) + "\n")
+    return result

@@ -1,0 +1,322 @@
+"""report.html from a run's records (collect.py): one self-contained page, images as data: URIs, inline CSS, no
+script and nothing fetched, so it opens the same from a disk, an S3 download or MLflow's artifact viewer."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import shlex
+from html import escape
+from itertools import groupby
+from typing import Any
+
+from bert_core.pretrain.learning_watch import CHANCE_MARGIN
+from bert_pipeline.report import plots
+
+SECTIONS = {"models": "Models: the registry's decisions", "pretraining": "Pretraining",
+            "finetuning": "Fine-tuning", "timeline": "Task timeline", "serving": "Serving the promoted models"}
+# What "chance" is for each pretraining accuracy (the learning watch's baselines).
+CHANCE_WORDS = {"mlm_accuracy": ("masked-LM accuracy", "always predicting the most frequent masked token"),
+                "nsp_accuracy": ("next-sentence accuracy", "always answering the majority label")}
+FIRST_SERVING_PORT = 5001
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1160px;
+       padding: 0 24px 48px; color: #1d232b; line-height: 1.45; }
+h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { border-bottom: 2px solid #dde3ea; padding-bottom: 4px;
+margin-top: 2em; } h3 { margin-bottom: 0.3em; }
+.meta { color: #55606e; font-size: 0.92em; } nav a { margin-right: 1.2em; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.92em; }
+th, td { border: 1px solid #d5dbe2; padding: 3px 9px; text-align: left; vertical-align: top; }
+th { background: #f2f5f8; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.badge { display: inline-block; border-radius: 4px; padding: 1px 8px; font-size: 0.8em; font-weight: 600;
+         color: #fff; vertical-align: middle; }
+.good { background: #2a7f3f; } .bad { background: #c0392b; } .neutral { background: #6b7785; }
+.ok { color: #2a7f3f; } .fail { color: #c0392b; font-weight: 600; }
+.note { background: #fff7e0; border-left: 4px solid #e0a800; padding: 6px 10px; margin: 0.6em 0; }
+.card { border: 1px solid #dde3ea; border-radius: 6px; padding: 4px 16px 8px; margin: 12px 0; }
+img { max-width: 100%; height: auto; border: 1px solid #eef1f4; }
+pre { background: #f5f7f9; border: 1px solid #dde3ea; padding: 8px 12px; white-space: pre-wrap; font-size: 0.85em; }
+"""
+
+
+def _e(value: Any) -> str:
+    return escape(str(value), quote=True)
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return _e("—" if value is None else value)
+    return f"{value:.4g}"
+
+
+def _img(png: bytes, alt: str) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{_e(alt)}">'
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    """Cells are HTML already (escaped by the caller)."""
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(rows_cell for rows_cell in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _td(value: Any, numeric: bool = False, css: str = "") -> str:
+    classes = " ".join(c for c in ("num" if numeric else "", css) if c)
+    text = _num(value) if numeric else _e(value)
+    return f'<td class="{classes}">{text}</td>' if classes else f"<td>{text}</td>"
+
+
+def render(records: dict[str, Any]) -> str:
+    title = f"{records.get('dag_id') or 'run'} {records.get('dag_run_id') or records['run_dir']}"
+    nav = "".join(f'<a href="#{key}">{_e(name)}</a>' for key, name in SECTIONS.items())
+    body = [f"<header><h1>{_e(title)}</h1>{_overview(records)}</header>", f"<nav>{nav}</nav>",
+            _section("models", _models(records)), _section("pretraining", _pretraining(records)),
+            _section("finetuning", _finetuning(records)), _section("timeline", _timeline(records)),
+            _section("serving", _serving(records))]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            # An empty icon: a browser asks for /favicon.ico otherwise, an error on a file:// page.
+            f"<link rel=\"icon\" href=\"data:,\"><title>{_e(title)}</title><style>{STYLE}</style></head>\n"
+            "<body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def _section(key: str, content: str) -> str:
+    return f'<section id="{key}"><h2>{_e(SECTIONS[key])}</h2>\n{content}\n</section>'
+
+
+def _overview(records: dict[str, Any]) -> str:
+    decisions, tasks = records["registry"], records["tasks"]
+    promoted = sum(1 for d in decisions if d["promoted"])
+    failed = [t for t in tasks if t["state"] != "success"]
+    parts = [f"{len(decisions)} model(s) registered: {promoted} promoted, {len(decisions) - promoted} not promoted"]
+    if tasks:
+        parts.append(f"{len(tasks) - len(failed)} task tr{'y' if len(tasks) == 1 else 'ies'} succeeded, "
+                     f"{len(failed)} failed")
+        parts.append(f"wall time {_duration(_wall_seconds(tasks))}")
+    lines = ["; ".join(parts) + "."]
+    lines.append(f"Run directory: <code>{_e(records['run_dir'])}</code>")
+    lines.append(f"MLflow: <code>{_e(records['tracking_uri'])}</code>; report built "
+                 f"{_e(records.get('collected_at', ''))}")
+    return "".join(f'<p class="meta">{line}</p>' for line in lines)
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
+
+
+def _wall_seconds(tasks: list[dict[str, Any]]) -> float:
+    starts = [dt.datetime.fromisoformat(t["started_at"]) for t in tasks]
+    ends = [dt.datetime.fromisoformat(t["finished_at"]) for t in tasks]
+    return (max(ends) - min(starts)).total_seconds()
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+
+def chance_notes(metrics: dict[str, float]) -> list[str]:
+    """In words, each pretraining accuracy that is at chance (within the learning watch's margin)."""
+    notes = []
+    for metric, (name, baseline) in CHANCE_WORDS.items():
+        value, chance = metrics.get(metric), metrics.get(f"{metric}_chance")
+        if value is not None and chance is not None and value <= chance + CHANCE_MARGIN:
+            notes.append(f"{name[:1].upper() + name[1:]} is at chance: {value:.3f}, where {baseline} scores "
+                         f"{chance:.3f}; this part of the model did not learn.")
+    return notes
+
+
+def _version(value: Any) -> str:
+    return f"v{value}" if value not in (None, "") else "none"
+
+
+def gate_rows(decision: dict[str, Any]) -> list[list[str]]:
+    """One row per gate or floor metric: the candidate's value, the champion's, the floor, and whether it passed
+    (by operators.registry.decide, the rule promotion itself applied)."""
+    from operators.registry import decide
+
+    candidate, champion = decision.get("candidate_metrics") or {}, decision.get("champion_metrics")
+    gates, floors = list(decision.get("gates") or []), dict(decision.get("floors") or {})
+    rows = []
+    for metric in dict.fromkeys([*gates, *floors]):
+        compared = champion if metric in gates and champion and decision.get("champion_before") != decision.get(
+            "candidate") else None
+        ok, reasons = decide({metric: candidate[metric]} if metric in candidate else {},
+                             {metric: compared[metric]} if compared and metric in compared else None,
+                             (metric,) if metric in gates else (),
+                             {metric: floors[metric]} if metric in floors else {})
+        role = "gate and floor" if metric in gates and metric in floors else ("gate" if metric in gates else "floor")
+        verdict = (_td("passes", css="ok") if ok else _td("; ".join(r.split(": ", 1)[-1] for r in reasons),
+                                                           css="fail"))
+        rows.append([_td(metric), _td(role), _td(candidate.get(metric), True),
+                     _td(compared.get(metric) if compared else None, True), _td(floors.get(metric), True), verdict])
+    return rows
+
+
+def _models(records: dict[str, Any]) -> str:
+    decisions = records["registry"]
+    if not decisions:
+        return "<p>This run registered no model (no registry/&lt;name&gt;-v&lt;N&gt;.json).</p>"
+    cards = []
+    for d in decisions:
+        badge = ('<span class="badge good">promoted to champion</span>' if d["promoted"]
+                 else '<span class="badge bad">not promoted</span>')
+        champion = (f"champion before: <b>{_version(d.get('champion_before'))}</b> &rarr; after: "
+                    f"<b>{_version(d.get('champion_after'))}</b>; previous: {_version(d.get('previous_after'))}")
+        reasons = "".join(f"<li>{_e(r)}</li>" for r in d.get("reasons") or [])
+        table = _table(["metric", "role", "candidate", "champion", "floor", "verdict"], gate_rows(d))
+        metrics = ", ".join(f"{_e(k)} {_num(v)}" for k, v in sorted((d.get("candidate_metrics") or {}).items()))
+        notes = "".join(f'<p class="note">{_e(n)}</p>' for n in chance_notes(d.get("candidate_metrics") or {}))
+        served = d.get("serving_check")
+        if served:
+            check = (f"served artifact answered its {served.get('examples', 0)} check example(s) as they were scored"
+                     if not served.get("problems") else "served artifact check failed: "
+                     + "; ".join(served["problems"]))
+            notes += f'<p class="meta">{_e(check)}</p>'
+        cards.append(f'<div class="card"><h3>{_e(d["name"])} {_e(_version(d["candidate"]))} {badge}</h3>'
+                     f"<p>{champion}</p><p>Why:</p><ul>{reasons}</ul>{table}{notes}"
+                     f'<p class="meta">All metrics: {metrics}</p></div>')
+    return "\n".join(cards)
+
+
+# ---------------------------------------------------------------------------------------------- pretraining
+
+
+def _pretraining(records: dict[str, Any]) -> str:
+    phases = records["pretraining"]
+    if not phases:
+        return "<p>This run did not pretrain.</p>"
+    out = []
+    for phase in phases:
+        name = f"phase {phase['phase']}" if phase["phase"] else "the model"
+        parts = [f"<h3>{_e(name.capitalize())}</h3>"] if len(phases) > 1 or phase["phase"] else []
+        if phase["history"]:
+            parts.append(_img(plots.pretraining(phase), f"pretraining curves of {name}"))
+        else:
+            parts.append(f'<p class="note">No curves: {_e(phase["history_note"] or "no metric history")}.</p>')
+        parts.append(f"<p>{_e(_training_facts(phase))}</p>")
+        rows = []
+        for metric, (label, baseline) in CHANCE_WORDS.items():
+            value, level = phase["metrics"].get(metric), plots.chance(phase, metric)
+            if value is None:
+                continue
+            at_chance = level is not None and value <= level + CHANCE_MARGIN
+            verdict = ("at chance: did not learn" if at_chance else
+                       f"{(value - level) * 100:+.1f} points above chance" if level is not None else "")
+            rows.append([_td(label), _td(value, True), _td(level, True), _td(baseline),
+                         _td(verdict, css="fail" if at_chance else "ok")])
+        for metric in ("loss", "mlm_loss", "nsp_loss"):
+            if metric in phase["metrics"]:
+                rows.append([_td(metric), _td(phase["metrics"][metric], True), _td(None, True), _td(""), _td("")])
+        on = {"data_eval": "held-out documents", "training data": "the training data"}.get(phase.get("metrics_on"),
+                                                                                              phase.get("metrics_on"))
+        parts.append(f"<p>Final figures, measured on {_e(on or 'unrecorded data')}:</p>")
+        parts.append(_table(["metric", "value", "chance", "chance is", "verdict"], rows))
+        check = phase.get("learning_check") or {}
+        if check:
+            problems = "".join(f"<li>{_e(p)}</li>" for p in check.get("problems") or [])
+            parts.append(f"<p>Learning check: <b>{_e(check.get('status', 'unknown'))}</b> (checked at steps "
+                         f"{_e(', '.join(str(s) for s in check.get('checked_at') or []))})</p>"
+                         + (f"<ul>{problems}</ul>" if problems else ""))
+        out.append("\n".join(parts))
+    return "\n".join(out)
+
+
+def _training_facts(phase: dict[str, Any]) -> str:
+    config, recipe = phase.get("config") or {}, phase.get("recipe") or {}
+    start = config.get("model") or f"the weights of {config.get('pretrained')}"
+    facts = [f"{phase.get('steps')} steps of {start}"]
+    if phase.get("world_size"):
+        facts.append(f"on {phase['world_size']} worker(s)")
+    if phase.get("tokens"):
+        facts.append(f"{phase['tokens']:,} tokens")
+    if recipe:
+        chosen = set(recipe.get("chosen_by_rule") or [])
+        facts.append(f"optimizer {recipe.get('optimizer')}, peak lr {_num(recipe.get('lr'))}, warmup "
+                     f"{_num(recipe.get('warmup_ratio'))}" + (" (chosen by the recipe's rule: "
+                                                              f"{', '.join(sorted(chosen))})" if chosen else ""))
+    if config.get("batch_size"):
+        facts.append(f"batch {config['batch_size']} x accumulate {config.get('accumulate', 1)}, "
+                     f"{config.get('dtype', 'float32')}")
+    if phase.get("resumed_from"):
+        facts.append(f"resumed from {phase['resumed_from']}")
+    return "; ".join(facts) + "."
+
+
+# ---------------------------------------------------------------------------------------------- fine-tuning
+
+
+def _finetuning(records: dict[str, Any]) -> str:
+    runs = records["finetuning"]
+    if not runs:
+        return "<p>This run fine-tuned no model.</p>"
+    out = []
+    for task, group in groupby(runs, key=lambda r: r["task"]):
+        group = [r for r in group if r["epochs"]]
+        if not group:
+            continue
+        best = next((r for r in group if r["best"]), group[0])
+        metrics = [k for k in best["epochs"][0] if k not in ("epoch", "train_loss")]
+        rows = [[_td(e["epoch"]), _td(e.get("train_loss"), True), *[_td(e.get(m), True) for m in metrics]]
+                for e in best["epochs"]]
+        summary = (f"Best epoch {best.get('best_epoch')}: dev {best['main_metric']} "
+                   f"{_num(best['dev'].get(best['main_metric']))}; this epoch's model is the one evaluated and "
+                   "registered.")
+        if len(group) > 1:
+            summary += f" Search over {len(group)} trials; the best was {best['trial']} (its epochs below)."
+        out.append(f"<h3>{_e(task)}</h3>" + _img(plots.finetuning(group), f"fine-tuning curves of {task}")
+                   + f"<p>{_e(summary)}</p>" + _table(["epoch", "train loss", *metrics], rows))
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------- timeline
+
+
+def _timeline(records: dict[str, Any]) -> str:
+    tasks = records["tasks"]
+    if not tasks:
+        return ("<p>No task records (tasks/*.json): the run's tasks did not record themselves (runs made before "
+                "the records existed, or not by a bert-pipeline DAG).</p>")
+    start = min(dt.datetime.fromisoformat(t["started_at"]) for t in tasks)
+    rows = [[_td(plots.task_label(t)), _td(t["state"], css="ok" if t["state"] == "success" else "fail"),
+             _td(f"+{(dt.datetime.fromisoformat(t['started_at']) - start).total_seconds():.1f} s"),
+             _td(f"{t.get('duration_s', 0):.1f} s"), _td(t.get("error") or "")] for t in tasks]
+    busy = sum(t.get("duration_s") or 0 for t in tasks)
+    return (_img(plots.timeline(tasks), "task timeline")
+            + f"<p>Wall time {_e(_duration(_wall_seconds(tasks)))} from the first task's start to the last one's "
+              f"end; the tasks' own times add up to {_e(_duration(busy))}.</p>"
+            + _table(["task", "state", "started", "took", "error"], rows))
+
+
+# ---------------------------------------------------------------------------------------------- serving
+
+
+def serve_commands(name: str, port: int, tracking_uri: str, example: Any) -> str:
+    lines = [f"export MLFLOW_TRACKING_URI={shlex.quote(tracking_uri)}",
+             f"mlflow models serve -m models:/{name}@champion --env-manager local -h 127.0.0.1 -p {port}"]
+    if example is not None:
+        lines.append(f"curl -s 127.0.0.1:{port}/invocations -H 'Content-Type: application/json' \\\n"
+                     f"     -d {shlex.quote(json.dumps(example))}")
+    return "\n".join(lines)
+
+
+def _serving(records: dict[str, Any]) -> str:
+    decisions = records["registry"]
+    champions = [d for d in decisions if d["promoted"] and str(d.get("champion_after")) == str(d["candidate"])]
+    out = []
+    if champions:
+        out.append("<p>From the project's virtual environment (activated, so MLflow finds its server on PATH); "
+                   "each in its own terminal. <code>@champion</code> follows later promotions; "
+                   "<code>models:/NAME/VERSION</code> serves exactly the version named.</p>")
+    for port, d in enumerate(champions, start=FIRST_SERVING_PORT):
+        out.append(f"<h3>{_e(d['name'])} {_e(_version(d['candidate']))}</h3>"
+                   f"<pre>{_e(serve_commands(d['name'], port, records['tracking_uri'], d.get('serving_example')))}"
+                   "</pre>")
+    for d in decisions:
+        if d not in champions:
+            out.append(f"<p>{_e(d['name'])} {_e(_version(d['candidate']))} was not promoted: the champion is "
+                       f"{_e('still ' + _version(d.get('champion_after')) if d.get('champion_after') else 'none')}"
+                       ".</p>")
+    return "\n".join(out) or "<p>No model was promoted in this run.</p>"

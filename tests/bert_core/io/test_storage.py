@@ -1,0 +1,45 @@
+"""The local cache of s3:// prefixes (storage.local_dir) filled by several readers at once, as the Ray Train workers
+of one node do with the same shards: each download goes to a name of its own, so none trips over another's."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from bert_core.io import storage
+from tests import multinode_cluster
+
+
+@pytest.fixture
+def s3(monkeypatch, tmp_path):
+    monkeypatch.setenv("BERT_PIPELINE_CACHE", str(tmp_path / "cache"))
+    with multinode_cluster.moto_s3():
+        storage.s3_client().create_bucket(Bucket="cache")
+        yield
+
+
+def test_readers_at_once_fill_the_cache_without_tripping_over_each_other(s3, tmp_path):
+    files = {f"part-{i}.npz": bytes([i]) * 200_000 for i in range(3)} | {"manifest.json": b'{"step": "x"}'}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        storage.upload_file(tmp_path / name, f"s3://cache/shards/{name}")
+    errors, dirs = [], []
+    start = threading.Barrier(8)
+
+    def read() -> None:
+        start.wait()
+        try:
+            dirs.append(storage.local_dir("s3://cache/shards"))
+        except Exception as exc:  # noqa: BLE001 - the test reports any
+            errors.append(exc)
+
+    threads = [threading.Thread(target=read) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    (local,) = set(dirs)
+    assert {p.name: p.read_bytes() for p in local.iterdir() if not p.name.startswith(".")} == files
+    assert [p.name for p in local.iterdir() if p.name.startswith(".")] == [".etags.json"]  # no temp file left

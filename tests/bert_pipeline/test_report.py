@@ -1,0 +1,217 @@
+"""The run report from synthetic records: what it gathers from a run directory, what the page shows (decisions
+and why, curves with chance lines, epochs, timeline, serve commands), and that it is self-contained. The report of
+a real run, opened in Chromium, is checked in tests/test_demo.py."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from html.parser import HTMLParser
+
+import pytest
+
+from bert_core.errors import BertPipelineError
+from bert_pipeline.report import collect as collecting
+from bert_pipeline.report import plots
+from bert_pipeline.report.collect import collect
+from bert_pipeline.report.publish import mlflow_run_id
+from bert_pipeline.report.render import SECTIONS, render
+
+RUN = "manual__2026-11-24T10:00:00+00:00"
+EXAMPLE = {"dataframe_split": {"columns": ["text"], "data": [["it's a wonderful film"]]}}
+
+
+def _history(steps, start, end):
+    return [[s, start + (end - start) * i / (len(steps) - 1)] for i, s in enumerate(steps)]
+
+
+def phase(name: str, nsp: float) -> dict:
+    steps = list(range(10, 110, 10))
+    return {
+        "phase": name, "output": f"/runs/1/pretrained/{name}", "mlflow_run_id": "a" * 32,
+        "metrics": {"loss": 3.1, "mlm_accuracy": 0.31, "mlm_accuracy_chance": 0.12, "nsp_accuracy": nsp,
+                    "nsp_accuracy_chance": 0.55, "mlm_accuracy_over_chance": 0.19},
+        "metrics_on": "data_eval", "steps": 100, "world_size": 2, "tokens": 123456, "resumed_from": None,
+        "recipe": {"optimizer": "adamw", "lr": 2e-3, "warmup_ratio": 0.1, "chosen_by_rule": ["lr"]},
+        "learning_check": {"status": "warned", "problems": ["next-sentence accuracy 0.550 is at chance"],
+                           "checked_at": [25, 50, 100]},
+        "config": {"model": "bert_2_64_2", "batch_size": 32, "accumulate": 1, "dtype": "float32"},
+        "started_at": "2026-11-24T10:00:10+00:00", "finished_at": "2026-11-24T10:01:10+00:00",
+        "history": {"loss": _history(steps, 9.0, 3.0), "mlm_accuracy": _history(steps, 0.05, 0.35),
+                    "eval_loss": [[50, 4.0], [100, 3.1]], "eval_mlm_accuracy": [[50, 0.2], [100, 0.31]],
+                    "eval_nsp_accuracy": [[50, 0.55], [100, nsp]], "eval_mlm_accuracy_chance": [[100, 0.12]],
+                    "eval_nsp_accuracy_chance": [[100, 0.55]]},
+        "history_note": None,
+    }
+
+
+def finetuned(task: str, trial: str | None, best: bool, scores: list[float]) -> dict:
+    return {"task": task, "trial": trial, "best": best, "output": f"/runs/1/finetune-{task}", "main_metric": "accuracy",
+            "best_epoch": scores.index(max(scores)) + 1, "dev": {"accuracy": max(scores)},
+            "epochs": [{"epoch": i + 1, "train_loss": 0.7 - 0.1 * i, "accuracy": s} for i, s in enumerate(scores)],
+            "mlflow_run_id": "b" * 32, "started_at": None, "finished_at": None}
+
+
+def decision(name: str, version: str, promoted: bool, before: str | None, metrics: dict, champion: dict | None,
+             reasons: list[str], floors: dict) -> dict:
+    return {"name": name, "candidate": version, "champion_before": before, "promoted": promoted,
+            "champion_after": version if promoted else before, "previous_after": before if promoted else None,
+            "gates": ["accuracy"] if name != "bert-pretrained" else ["mlm_accuracy"], "floors": floors,
+            "candidate_metrics": metrics, "champion_metrics": champion, "reasons": reasons,
+            "decided_at": "2026-11-24T10:05:00+00:00", "serving_check": {"examples": 8, "problems": []},
+            "serving_example": EXAMPLE if promoted else None}
+
+
+def task(task_id: str, start: int, seconds: float, state: str = "success", map_index: int = -1, try_number: int = 1,
+         error: str | None = None) -> dict:
+    return {"dag_id": "bert_demo", "run_id": RUN, "task_id": task_id, "map_index": map_index,
+            "try_number": try_number, "state": state, "started_at": f"2026-11-24T10:0{start // 60}:{start % 60:02d}+00:00",
+            "finished_at": f"2026-11-24T10:0{(start + int(seconds)) // 60}:{(start + int(seconds)) % 60:02d}+00:00",
+            "duration_s": seconds, "hostname": "worker-1", "error": error, "tracking_uri": "sqlite:///m.db"}
+
+
+RECORDS = {
+    "format": 1, "run_dir": "/runs/1", "dag_id": "bert_demo", "dag_run_id": RUN, "tracking_uri": "sqlite:////runs/m.db",
+    "collected_at": "2026-11-24T10:06:00+00:00",
+    "pretraining": [phase("phase1", 0.71), phase("phase2", 0.55)],
+    "finetuning": [finetuned("sst-2", "lr=0.0001", False, [0.6, 0.7]), finetuned("sst-2", "lr=0.001", True, [0.8, 0.9]),
+                   finetuned("squad", None, True, [0.3, 0.2])],
+    "registry": [
+        decision("bert-pretrained", "2", False, "1", {"mlm_accuracy": 0.31, "mlm_accuracy_over_chance": 0.019,
+                                                       "nsp_accuracy": 0.55, "nsp_accuracy_chance": 0.55},
+                 {"mlm_accuracy": 0.4}, ["mlm_accuracy_over_chance: 0.019 is below the floor 0.05",
+                                         "mlm_accuracy: 0.31 is worse than the champion's 0.4"],
+                 {"mlm_accuracy_over_chance": 0.05}),
+        decision("bert-sst-2", "3", True, "2", {"accuracy": 0.9}, {"accuracy": 0.85},
+                 ["every gate metric is no worse than the champion's"], {"accuracy": 0.5}),
+    ],
+    "tasks": [task("plan", 0, 1.2), task("make_shards", 2, 20.0, map_index=0), task("make_shards", 3, 25.0, map_index=1),
+              task("pretrain", 30, 40.0, "failed", error="ConnectionError: S3 endpoint reset"),
+              task("pretrain", 75, 60.0, try_number=2)],
+}
+
+
+class Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids, self.images, self.tags, self.text = [], [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.tags.append((tag, attrs))
+        if "id" in attrs:
+            self.ids.append(attrs["id"])
+        if tag == "img":
+            self.images.append(attrs)
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_the_page_shows_decisions_curves_epochs_timeline_and_serve_commands():
+    from PIL import Image
+
+    html = render(RECORDS)
+    page = Page()
+    page.feed(html)
+    assert list(SECTIONS) == [i for i in page.ids if i in SECTIONS]
+    # Self-contained: every image is an embedded PNG, nothing is fetched, nothing runs.
+    assert len(page.images) == 2 + 2 + 1  # pretraining phases, fine-tuned tasks, timeline
+    for image in page.images:
+        assert image["src"].startswith("data:image/png;base64,") and image["alt"]
+        png = Image.open(io.BytesIO(base64.b64decode(image["src"].split(",", 1)[1])))
+        assert png.format == "PNG" and png.size[0] > 400 and png.size[1] > 100
+    assert not [t for t, a in page.tags if t == "script" or (t == "link" and a.get("href", "").startswith("http"))]
+    assert "http://" not in html and "https://" not in html
+    text = " ".join(" ".join(page.text).split())
+    # The registry's decision per model, and why.
+    assert "bert-pretrained v2 not promoted champion before: v1 → after: v1 ; previous: none" in text
+    assert "mlm_accuracy_over_chance: 0.019 is below the floor 0.05" in text
+    assert "bert-sst-2 v3 promoted to champion champion before: v2 → after: v3 ; previous: v2" in text
+    assert "accuracy gate and floor 0.9 0.85 0.5 passes" in text
+    assert "mlm_accuracy gate 0.31 0.4 — 0.31 is worse than the champion's 0.4" in text
+    assert "Next-sentence accuracy is at chance: 0.550, where always answering the majority label scores 0.550" in text
+    # Pretraining's final figures against chance; fine-tuning's best epoch; a search's winner.
+    assert "masked-LM accuracy 0.31 0.12 always predicting the most frequent masked token +19.0 points above chance" in text
+    assert "next-sentence accuracy 0.55 0.55 always answering the majority label at chance: did not learn" in text
+    assert "Search over 2 trials; the best was lr=0.001" in text and "Best epoch 1: dev accuracy 0.3" in text
+    # The timeline names the failed try and its error, and the retry.
+    assert "pretrain failed +30.0 s 40.0 s ConnectionError: S3 endpoint reset" in text
+    assert "pretrain (try 2) success" in text and "make_shards[1] success" in text
+    # Serve commands for the promoted model only, with its example request.
+    assert "mlflow models serve -m models:/bert-sst-2@champion --env-manager local -h 127.0.0.1 -p 5001" in text
+    assert "models:/bert-pretrained@champion" not in text
+    assert "bert-pretrained v2 was not promoted: the champion is still v1." in text
+    assert "export MLFLOW_TRACKING_URI=sqlite:////runs/m.db" in text
+    assert """-d '{"dataframe_split": {"columns": ["text"], "data": [["it'"'"'s a wonderful film"]]}}'""" in text
+
+
+def test_pretraining_curves_draw_each_accuracys_chance_level():
+    fig = plots.pretraining_figure(RECORDS["pretraining"][0])
+    loss, mlm, nsp = fig.axes
+    chance = {ax.get_title(): [(line.get_label(), set(line.get_ydata())) for line in ax.get_lines()
+                               if line.get_label().startswith("chance")] for ax in (mlm, nsp)}
+    assert chance == {"masked-LM accuracy": [("chance: most frequent token (0.120)", {0.12})],
+                      "next-sentence accuracy": [("chance: majority label (0.550)", {0.55})]}
+    held_out = [line for line in mlm.get_lines() if line.get_label() == "held-out"][0]
+    assert list(held_out.get_xdata()) == [50, 100] and mlm.get_ylim()[0] == 0
+
+
+def _write(root, rel, value):
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(value if isinstance(value, str) else json.dumps(value))
+
+
+def test_records_are_gathered_from_a_run_directory(tmp_path, monkeypatch):
+    """The layout the plans write: phases, a fine-tuning search (best trial from search.json), registry reports
+    (the run summary beside them skipped), the tasks' records; the store the tasks recorded is the one read."""
+    run = tmp_path / "run"
+    for name in ("phase2", "phase1"):
+        _write(run, f"pretrained/{name}/manifest.json", {"step": "pretrain", "metrics": {"mlm_accuracy": 0.3},
+                                                         "training": {"steps": 10, "metrics_on": "data_eval"}})
+    _write(run, "shards/part-a/manifest.json", {"step": "make-shards"})
+    for trial, score in (("lr=0.001", 0.9), ("lr=0.0001", 0.7)):
+        _write(run, f"finetune-sst-2/{trial}/metrics.json", {"main_metric": "accuracy", "best_epoch": 1,
+                                                              "dev": {"accuracy": score},
+                                                              "epochs": [{"epoch": 1, "accuracy": score}]})
+        _write(run, f"finetune-sst-2/{trial}/manifest.json", {"step": "finetune", "task": "sst-2"})
+    _write(run, "finetune-sst-2/search.json", {"best": "lr=0.001"})
+    _write(run, "registry/bert-sst-2-v4.json", RECORDS["registry"][1])
+    _write(run, "registry/bert-pretrained-v2.json", RECORDS["registry"][0])
+    _write(run, "registry/summary.json", {"tracking_uri": "x", "models": []})
+    for record in reversed(RECORDS["tasks"]):
+        _write(run, f"tasks/{record['task_id']}-{record['map_index']}.try{record['try_number']}.json", record)
+    asked = []
+    monkeypatch.setattr(collecting, "_serving_example", lambda name, version, uri: asked.append((name, uri)) or EXAMPLE)
+
+    records = collect(str(run) + "/")
+    assert records["run_dir"] == str(run) and (records["dag_id"], records["dag_run_id"]) == ("bert_demo", RUN)
+    assert records["tracking_uri"] == "sqlite:///m.db"  # the tasks' store
+    assert [p["phase"] for p in records["pretraining"]] == ["phase1", "phase2"]
+    assert records["pretraining"][0]["history_note"].startswith("the run was not tracked")
+    assert [(f["trial"], f["best"]) for f in records["finetuning"]] == [("lr=0.0001", False), ("lr=0.001", True)]
+    assert [d["name"] for d in records["registry"]] == ["bert-pretrained", "bert-sst-2"]
+    assert asked == [("bert-sst-2", "sqlite:///m.db")]  # an example request for the promoted model only
+    assert [t["task_id"] for t in records["tasks"]] == ["plan", "make_shards", "make_shards", "pretrain", "pretrain"]
+    assert collect(str(run), tracking_uri="http://mlflow:5000")["tracking_uri"] == "http://mlflow:5000"
+    assert "<section id=\"timeline\">" in render(records)
+
+    _write(run, "registry/bert-squad-v1.json", "{not json")
+    with pytest.raises(BertPipelineError, match=r"registry/bert-squad-v1.json: not valid JSON \(line 1"):
+        collect(str(run))
+    _write(tmp_path / "other", "notes.txt", "nothing of a run")
+    with pytest.raises(BertPipelineError, match="holds none of a DAG run's records"):
+        collect(str(tmp_path / "other"))
+    with pytest.raises(BertPipelineError, match="no such run directory"):
+        collect(str(tmp_path / "missing"))
+
+
+def test_mlflow_run_references():
+    run = "0123456789abcdef0123456789abcdef"
+    assert mlflow_run_id(f"runs:/{run}") == (run, None)
+    assert mlflow_run_id(run) == (run, None)
+    assert mlflow_run_id(f"http://mlflow:5000/#/experiments/3/runs/{run}") == (run, "http://mlflow:5000")
+    with pytest.raises(BertPipelineError, match="not a run directory, nor an MLflow run"):
+        mlflow_run_id("runs:/short")

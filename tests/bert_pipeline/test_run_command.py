@@ -1,0 +1,62 @@
+"""`bert-pipeline run DAG_ID`: a real bert_pretraining run (dag.test() on an embedded home) whose `plan` passes and
+whose `segment` fails on a missing input, as the command line shows it: the task lines, the failed task's log
+tail and the log file's path, the report of how far it got, exit status 1; and the flags' errors, before any run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bert_pipeline.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_failing_task_shows_its_log_tail_and_the_log_path(tmp_path):
+    missing = tmp_path / "corpus" / "missing.txt"
+    conf = tmp_path / "conf.json"
+    conf.write_text(json.dumps({"inputs": [str(missing)]}))
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BERT_PIPELINE_HOME", "RAY_ADDRESS"))}
+    done = subprocess.run([sys.executable, "-m", "bert_pipeline.cli", "run", "bert_pretraining", "--conf-file",
+                           str(conf), "--home", str(home)], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr == ""  # everything the components said is in the log
+    out = done.stdout
+    lines = out.splitlines()
+    assert lines[0].startswith("bert_pretraining: log ") and lines[1].startswith("bert_pretraining: run manual__")
+    log_path = Path(lines[0].split()[2])
+    assert any(line.startswith(" ✓ plan ") and "outputs under" in line for line in lines)
+    assert any(line.startswith(" ✗ segment ") and "failed" in line for line in lines)
+    assert any(line.startswith(" - pretrain ") and "upstream failed" in line for line in lines)
+    tail = out.split("segment failed. The end of its log:\n", 1)[1]
+    assert f"| bert_core.errors.BertPipelineError: input {missing}: no such file or directory" in tail
+    assert f"Full log: {log_path}" in tail
+    assert "Traceback (most recent call last)" in log_path.read_text()  # the whole traceback stays there
+
+    # The run's files sit in the work dir the DAG would have chosen (HOME/pretraining/<stamp>), beside its outputs.
+    run_dir = log_path.parent
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["state"] == "failed" and record["conf"] == {"inputs": [str(missing)], "work_dir": str(run_dir)}
+    assert record["run_id"] in lines[1] and run_dir == home / "pretraining" / run_dir.name
+    # A failed run has its report too: the timeline shows how far it got.
+    assert f"Report (open it in a browser): {run_dir / 'report.html'}" in lines
+    assert "segment" in (run_dir / "report.html").read_text()
+    states = {t["task_id"]: t["state"] for t in record["tasks"]}
+    assert states["plan"] == "success" and states["segment"] == "failed" and states["pretrain"] == "upstream_failed"
+
+
+def test_flag_errors_come_before_any_run(tmp_path, capsys):
+    bad = tmp_path / "conf.json"
+    bad.write_text('{"num_steps": 10,\n "lr": }\n')
+    assert main(["run", "bert_pretraining", "--conf-file", str(bad), "--home", str(tmp_path)]) == 2
+    assert f"--conf-file {bad}: not JSON: line 2 column 8" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "bert_pretrainin", "--home", str(tmp_path)])
+    assert "invalid choice: 'bert_pretrainin'" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
