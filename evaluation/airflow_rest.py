@@ -72,7 +72,8 @@ class AirflowApi:
         log = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{quoted}/taskInstances/{task_id}/logs/{try_number}"
                        f"?full_content=true&map_index={map_index}")
         content = log.get("content", "")
-        return content if isinstance(content, str) else json.dumps(content)
+        # Airflow 3 serves a structured log as a list of events: one JSON event a line, like the log file.
+        return content if isinstance(content, str) else "\n".join(json.dumps(e) for e in content)
 
     def failed_tasks(self, dag_id: str, run_id: str) -> str:
         """The failed task instances of a run with the end of each one's log (mapped ones by their map index)."""
@@ -87,6 +88,27 @@ class AirflowApi:
                                             max(t.get("try_number") or 1, 1))
                 except urllib.error.HTTPError as exc:
                     content = f"(log not readable: {exc})"
-                where += "\n" + content[-4000:]
+                where += "\n" + _log_digest(content)
             parts.append(where)
         return f"{dag_id} run {run_id}:\n" + "\n---\n".join(parts)
+
+
+def _log_digest(content: str, limit: int = 6000) -> str:
+    """What a person needs of a failed task's log: its error and warning events (a traceback's lines included),
+    then its last events; Ray's raylet chatter, which ends most task logs, left out."""
+    try:
+        events = [json.loads(line) for line in content.splitlines() if line.strip()]
+        events = [e for e in events if isinstance(e, dict)]
+    except ValueError:
+        return content[-limit:]
+    if not events:
+        return content[-limit:]
+
+    def text(e: dict) -> str:
+        return f"{e.get('level', '')} {e.get('event', '')} {e.get('error_detail', '') or ''}".rstrip()
+
+    wanted = [text(e) for e in events if e.get("level") in ("error", "critical", "warning") or e.get("error_detail")]
+    tail = [text(e) for e in events[-40:] if "(raylet)" not in str(e.get("event", ""))]
+    digest = "\n".join(wanted[-30:] + ["... last events:"] + tail)
+    return digest[-limit:]
+

@@ -241,9 +241,17 @@ def _worker(payload: dict[str, Any]) -> dict[str, Any]:
         if spec.resumable and (resume_dir is not None or config.resume in ("latest", "auto")):
             config = dataclasses.replace(config, resume=None)  # Ray's checkpoint is the one to resume from
         preemption = RayPreemption(**payload["group"]) if spec.resumable else None
-        worker = Worker(device, RayCheckpointStore() if spec.resumable else None, resume_dir, payload["hooks"],
-                        preemption)
+        worker = Worker(device, RayCheckpointStore() if spec.resumable else None, resume_dir,
+                        checkpoint_uri(checkpoint) if checkpoint else None, payload["hooks"], preemption)
         return spec.work(config, payload["plan"], tracker, worker)
+
+
+def checkpoint_uri(checkpoint: Any) -> str:
+    """Where a Ray Train checkpoint lives, as a URI another machine can read: s3://bucket/key on S3 (Ray keeps
+    the path without its scheme beside a pyarrow filesystem), else its path on the shared storage."""
+    filesystem = getattr(checkpoint.filesystem, "type_name", "local")
+    path = str(checkpoint.path)
+    return path if filesystem == "local" or "://" in path else f"{filesystem}://{path.lstrip('/')}"
 
 
 def _root_error(exc: BaseException) -> BaseException:

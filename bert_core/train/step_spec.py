@@ -74,6 +74,9 @@ class Worker:
     device: torch.device | None = None  # None: the step picks (cuda with --use-gpu, else cpu)
     store: CheckpointStore | None = None  # None: the step's own (local files)
     resume_dir: Path | None = None  # a checkpoint the launcher restored (Ray Train after a failure)
+    # Where that checkpoint lives (its s3:// URI or shared path): resume_dir is a local copy that other
+    # machines cannot read, so manifests and tags name this instead.
+    resume_source: str | None = None
     hooks: tuple[StepHook, ...] = ()
     preemption: Preemption | None = None  # drain notices (Ray Train); None: none come
 
