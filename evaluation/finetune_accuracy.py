@@ -127,7 +127,7 @@ def run_ours(args, out_dir: Path) -> dict:
     cfg = bench_config(args, data_dir=str(view), output=str(out_dir), train_file=str(train_file),
                        batch_size=args.batch_size, epochs=args.epochs, lr=args.lr, warmup_ratio=args.warmup_ratio,
                        seed=args.seed, max_train_examples=args.max_train_examples, device=args.device,
-                       overwrite=True)
+                       overwrite=True, dtype=args.dtype)
     load_before, t0 = load_average(), time.perf_counter()
     result = finetune(cfg)
     seconds = time.perf_counter() - t0
@@ -137,7 +137,7 @@ def run_ours(args, out_dir: Path) -> dict:
     if scored != result["metrics"]:  # the manifest's metrics must be what the official scorer says
         raise SystemExit(f"manifest metrics {result['metrics']} differ from the scorer's {scored}")
     return {"metrics": scored, "best_epoch": result["best_epoch"], "seconds": round(seconds, 1),
-            "load_before": load_before, "load_after": load_average()}
+            "load_before": load_before, "load_after": load_average(), "precision": result["precision"]}
 
 
 def our_initial_head(args, prepared) -> dict[str, torch.Tensor]:
@@ -359,6 +359,9 @@ def main() -> None:
                    help="run ours with transformers' warmup (the first update at learning rate 0: step / warmup) "
                    "instead of ours' (step + 1) / warmup: a control for that deliberate difference")
     p.add_argument("--seed", type=int, default=2, help="seed of the head's initial weights and data order (2)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"],
+                   help="ours' --dtype (default auto: bfloat16 autocast where the device computes it natively); "
+                        "the peer runs in float32, as run_glue.py does without --bf16")
     p.add_argument("--language", help="XNLI: rows of this language in the original multi-language files")
     p.add_argument("--peer", choices=["transformers", "none"], default="transformers",
                    help="fine-tune transformers' BertForSequenceClassification (SQuAD: BertForQuestionAnswering) "

@@ -1,141 +1,176 @@
 """Time to held-out masked-LM accuracy: our pretraining with its defaults against transformers' BertForPreTraining.
 
 MLPerf's BERT metric is the time to a held-out masked-LM accuracy; this is the same measure at CPU
-scale. One run, one machine, both systems:
+scale. One run, one machine, both systems, the same torch thread count (--threads) and precision (--dtype,
+default auto: bfloat16 autocast where the device computes it natively, for both):
 
 1. Real text -> `segment` -> `make-shards` with a held-out split by document (the held-out documents
    never appear in training, and their random next sentences come from held-out documents only).
-2. Ours: `bert_core.pretrain.step.pretrain` from scratch with only --model, --num-steps and
-   --batch-size given (optimizer, lr and warmup by the default rule), evaluated on the held-out shards
-   every --eval-every steps.
-3. The peer: transformers' BertForPreTraining trained the way a transformers user does: torch AdamW
-   (no decay on bias/LayerNorm, weight decay 0.01), linear warmup (10%) and decay, gradient clipping 1.0,
-   `-100` labels on every position but the masked ones; same shards, same batches in the same order,
-   same steps, same held-out batches; at each learning rate of --peer-lrs, the best kept.
-4. Optionally ours at explicit learning rates too (--our-lrs), to see where the default rule lands.
+2. Ours: `bert_core.pretrain.step.pretrain` from scratch with only --model, --num-steps, --batch-size and
+   --seed given (precision, optimizer, lr and warmup by its defaults), evaluated on the held-out shards
+   every --eval-every steps; once per --seeds. --our-dtypes adds the same runs in other precisions
+   (float32: does the default precision learn as well?).
+3. The peer: transformers' BertForPreTraining trained the way a transformers user does: its Trainer's
+   defaults (torch's fused AdamW, no decay on bias/LayerNorm, weight decay 0.01, linear warmup (10%) and
+   decay, gradient clipping 1.0; `bf16=True` is autocast), `-100` labels on every position but the masked
+   ones; same shards, same batches in the same order, same steps, same held-out batches; at each learning rate
+   of --peer-lrs (first seed), then at the best one for the other seeds.
+4. Optionally ours at other learning rates (--our-lr-factors) or longer budgets (--ours-step-factors, run only
+   for a seed whose equal-steps run does not reach the peer's final accuracy).
 
-Reported per model size: held-out accuracy at equal steps, and the training wall-clock (evaluation
-time excluded for both) ours needs to reach the peer's final held-out masked-LM accuracy, as a ratio
-of the peer's time. Timings are never asserted anywhere; the figures go to --out-json and a plot.
+Both clocks count training only (evaluation excluded): wall seconds and process CPU seconds (what other jobs on
+a shared machine cannot inflate), recorded at every evaluation point with the load average. Reported per model
+size: held-out accuracy at equal steps (mean and spread over the seeds), and the time ours needs to reach the
+peer's final held-out masked-LM accuracy (the mean over its seeds), as a ratio of the peer's time, on both
+clocks. Timings are never asserted anywhere; the figures go to --out-json and a plot. The nightly regression
+calls `measure_size` with evaluation.settings.NIGHTLY.convergence.
 
-    python -m evaluation.pretrain_convergence --configs bert_2_128_2 --steps 600 --out-json bench-results/conv.json
+    python -m evaluation.pretrain_convergence --configs bert_2_128_2:800 --seeds 0 1 2 --out-json bench-results/c.json
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
+import os
 import platform
+import statistics
 import time
 from pathlib import Path
 
 import torch
 
 from evaluation.default_inputs import SHARED_DATA, existing
+from evaluation.settings import ConvergenceRun
 
 DEFAULT_CORPUS = SHARED_DATA / "corpus" / "wiki_docs.txt"
 DEFAULT_VOCAB = SHARED_DATA / "bert" / "vocab" / "uncased_L-12_H-768_A-12.vocab.txt"
+CLOCKS = ("seconds", "cpu_seconds")  # wall, process CPU
 
 
 # --------------------------------------------------------------------------- data
 
 
-def prepare_data(corpus: str, vocab: str, work: Path, max_seq_length: int, max_predictions: int,
-                 dupe_factor: int, holdout_fraction: float) -> tuple[str, str]:
-    """segment -> make-shards with a held-out split; returns (training shards dir, held-out shards dir)."""
+def prepare_data(corpus: str, vocab: str, work: Path, run: ConvergenceRun) -> tuple[str, str]:
+    """segment -> make-shards with a held-out split; returns (training shards dir, held-out shards dir). Shards
+    already made with the same settings in `work` are reused."""
     from bert_core.data.instances import ShardConfig
     from bert_core.data.make_shards import make_split_shards
     from bert_core.data.segment import segment
 
+    train = work / f"shards-{run.max_seq_length}-{run.max_predictions}-{run.dupe_factor}-{run.holdout_fraction:g}"
+    heldout = train.with_name(train.name + "-heldout")
+    if (train / "manifest.json").is_file() and (heldout / "manifest.json").is_file():
+        return str(train), str(heldout)
     segmented = work / "segmented"
     segment([corpus], str(segmented))
     texts = sorted(str(p) for p in segmented.iterdir() if p.name != "manifest.json")
-    train, heldout = work / f"shards-{max_seq_length}", work / f"shards-{max_seq_length}-heldout"
-    config = ShardConfig(max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions,
-                         dupe_factor=dupe_factor, holdout_fraction=holdout_fraction)
+    config = ShardConfig(max_seq_length=run.max_seq_length, max_predictions_per_seq=run.max_predictions,
+                         dupe_factor=run.dupe_factor, holdout_fraction=run.holdout_fraction)
     made = make_split_shards(texts, str(train), vocab, config, str(heldout), workers=2, progress=False)
     print(f"shards: {made['totals']['instances']} training instances from {made['totals']['documents']} documents; "
           f"held out {made['heldout']['instances']} instances from {made['heldout']['documents']} documents")
     return str(train), str(heldout)
 
 
+class _Clock:
+    """Training time on both clocks: evaluation intervals are paused out."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 0.0
+        self._since: tuple[float, float] | None = None
+
+    def start(self) -> None:
+        self._since = (time.perf_counter(), time.process_time())
+
+    def stop(self) -> None:
+        if self._since is not None:
+            self.wall += time.perf_counter() - self._since[0]
+            self.cpu += time.process_time() - self._since[1]
+            self._since = None
+
+    def point(self, step: int, metrics: dict) -> dict:
+        return {"step": step, "seconds": round(self.wall, 3), "cpu_seconds": round(self.cpu, 3),
+                "load": round(os.getloadavg()[0], 2), **metrics}
+
+
 # --------------------------------------------------------------------------- ours
 
 
 class CurveTracker:
-    """A bert_core Tracker that records held-out evaluations against training wall-clock.
+    """A bert_core Tracker that records held-out evaluations against the training clocks.
 
     The training loop logs the interval metrics, then (at an evaluation step) evaluates and logs `eval_*`:
-    the time between those two calls is evaluation, subtracted so that the clock counts training only.
-    """
+    the time between those two calls is evaluation, taken off both clocks, so that they count training only."""
 
     def __init__(self) -> None:
         from bert_core.io.tracking import NullTracker
 
         self._base = NullTracker()
         self.run_id = None
-        self.start = time.perf_counter()
-        self.eval_seconds = 0.0
-        self._last_train_log = self.start
-        self.points: list[dict] = []
         self.params: dict = {}
+        self.points: list[dict] = []
+        self._start = self._last = (time.perf_counter(), time.process_time())
+        self._evaluating = [0.0, 0.0]  # evaluation time so far, on each clock
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        now = time.perf_counter()
+        now = (time.perf_counter(), time.process_time())
         if "eval_mlm_accuracy" in metrics:
-            if not self.points or self.points[-1]["step"] != step or "eval_mlm_accuracy_chance" in metrics:
-                self.points = [p for p in self.points if p["step"] != step]
-                self.points.append({"step": step,
-                                    "seconds": self._last_train_log - self.start - self.eval_seconds,
-                                    "mlm_accuracy": metrics["eval_mlm_accuracy"],
-                                    "nsp_accuracy": metrics["eval_nsp_accuracy"]})
-            self.eval_seconds += now - self._last_train_log
-        self._last_train_log = now
+            trained = [last - start - ev for last, start, ev in zip(self._last, self._start, self._evaluating)]
+            self.points = [p for p in self.points if p["step"] != step]  # the final evaluation replaces one
+            self.points.append({"step": step, "seconds": round(trained[0], 3), "cpu_seconds": round(trained[1], 3),
+                                "load": round(os.getloadavg()[0], 2), "mlm_accuracy": metrics["eval_mlm_accuracy"],
+                                "nsp_accuracy": metrics["eval_nsp_accuracy"]})
+            self._evaluating = [ev + n - last for ev, n, last in zip(self._evaluating, now, self._last)]
+        self._last = now
 
     def log_params(self, params: dict) -> None:
-        # Called once the model, data and optimizer are built, right before the first step: the clock
-        # starts here, as the peer's starts at its first step.
+        # Called once the model, data and optimizer are built, right before the first step: the clocks start
+        # here, as the peer's start at its first step.
         self.params = dict(params)
-        self.start = self._last_train_log = time.perf_counter()
+        self._start = self._last = (time.perf_counter(), time.process_time())
 
     def __getattr__(self, name: str):
         return getattr(self._base, name)
 
 
-def run_ours(model: str, train: str, heldout: str, work: Path, steps: int, batch: int, eval_every: int,
-             eval_batches: int, lr: float | None, seed: int) -> dict:
+def run_ours(model: str, train: str, heldout: str, work: Path, run: ConvergenceRun, steps: int, seed: int,
+             lr: float | None = None, dtype: str | None = None) -> dict:
     from bert_core.pretrain.config import PretrainConfig
     from bert_core.pretrain.step import pretrain
 
-    out = work / f"ours-{model}-{lr or 'default'}-{steps}x{batch}"
+    dtype = dtype or run.dtype
+    out = work / f"ours-{model}-{lr or 'default'}-{steps}x{run.batch_size}-{dtype}-seed{seed}"
     config = PretrainConfig(data=train, data_eval=heldout, output=str(out), model=model, num_steps=steps,
-                            batch_size=batch, lr=lr, eval_interval=eval_every, eval_max_batches=eval_batches,
-                            ckpt_interval=0, log_interval=eval_every, seed=seed, tracking=False, progress=False,
-                            overwrite=True)
+                            batch_size=run.batch_size, lr=lr, eval_interval=run.eval_every,
+                            eval_max_batches=run.eval_batches, ckpt_interval=0, log_interval=run.eval_every,
+                            seed=seed, dtype=dtype, tracking=False, progress=False, overwrite=True)
     tracker = CurveTracker()
     t0 = time.perf_counter()
     result = pretrain(config, tracker)
     wall = time.perf_counter() - t0
     points = tracker.points
     return {"system": "ours", "lr": tracker.params.get("lr"), "optimizer": tracker.params.get("optimizer"),
-            "warmup_ratio": tracker.params.get("warmup_ratio"), "lr_given": lr, "curve": points,
-            "train_seconds": points[-1]["seconds"], "wall_seconds": wall,
-            "learning_check": result.get("learning_check", {}).get("status"),
+            "warmup_ratio": tracker.params.get("warmup_ratio"), "lr_given": lr, "dtype": dtype,
+            "precision": result["precision"]["dtype"], "seed": seed, "curve": points,
+            "train_seconds": points[-1]["seconds"], "train_cpu_seconds": points[-1]["cpu_seconds"],
+            "wall_seconds": wall, "learning_check": result.get("learning_check", {}).get("status"),
             "final": points[-1]}
 
 
 # --------------------------------------------------------------------------- the transformers peer
 
 
-def run_peer(model: str, train: str, heldout: str, steps: int, batch: int, eval_every: int, eval_batches: int,
-             lr: float, seed: int) -> dict:
+def run_peer(model: str, train: str, heldout: str, run: ConvergenceRun, steps: int, seed: int, lr: float) -> dict:
     import transformers
 
     from bert_core.model import zoo
     from bert_core.pretrain.stream import PretrainStream, ShardSet, StreamConfig
     from bert_core.pretrain.stream import eval_batches as heldout_batches
+    from bert_core.train.precision import Precision, resolve_precision
 
     ours = zoo.architecture_config(model)
     config = transformers.BertConfig(vocab_size=ours.vocab_size, hidden_size=ours.hidden_size,
@@ -150,16 +185,17 @@ def run_peer(model: str, train: str, heldout: str, steps: int, batch: int, eval_
                "weight_decay": 0.01},
               {"params": [p for n, p in net.named_parameters() if any(k in n for k in no_decay)],
                "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=lr)
+    optimizer = torch.optim.AdamW(groups, lr=lr, fused=True)  # the Trainer's default on torch >= 2.8
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, int(0.1 * steps), steps)
+    precision = Precision(resolve_precision(run.dtype, "cpu").dtype, "cpu")
     shards, eval_shards = ShardSet(train), ShardSet(heldout)
-    stream = PretrainStream(shards, StreamConfig(batch, seed, 1, False), 0, 1, config.vocab_size)
+    stream = PretrainStream(shards, StreamConfig(run.batch_size, seed, 1, False), 0, 1, config.vocab_size)
 
-    def evaluate() -> dict:
+    def evaluate() -> dict:  # in float32, as ours scores its held-out data
         net.eval()
         correct = total = nsp_correct = nsp_total = 0.0
         with torch.no_grad():
-            for b in heldout_batches(eval_shards, batch, max_batches=eval_batches):
+            for b in heldout_batches(eval_shards, run.batch_size, max_batches=run.eval_batches):
                 out = net(input_ids=b["input_ids"], token_type_ids=b["token_type_ids"],
                           attention_mask=b["attention_mask"])
                 logits = out.prediction_logits.gather(
@@ -172,7 +208,7 @@ def run_peer(model: str, train: str, heldout: str, steps: int, batch: int, eval_
         net.train()
         return {"mlm_accuracy": correct / total, "nsp_accuracy": nsp_correct / nsp_total}
 
-    points, seconds = [], 0.0
+    points, clock = [], _Clock()
     for step in range(1, steps + 1):
         b = next(stream)
         labels = torch.full_like(b["input_ids"], -100)
@@ -180,56 +216,163 @@ def run_peer(model: str, train: str, heldout: str, steps: int, batch: int, eval_
         rows = torch.arange(len(labels))[:, None].expand_as(masked)
         real = b["masked_lm_weights"] > 0
         labels[rows[real], b["masked_lm_positions"][real]] = masked[real]
-        t0 = time.perf_counter()
-        out = net(input_ids=b["input_ids"], token_type_ids=b["token_type_ids"], attention_mask=b["attention_mask"],
-                  labels=labels, next_sentence_label=b["next_sentence_labels"])
+        clock.start()
+        with precision.autocast():
+            out = net(input_ids=b["input_ids"], token_type_ids=b["token_type_ids"],
+                      attention_mask=b["attention_mask"], labels=labels, next_sentence_label=b["next_sentence_labels"])
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
-        seconds += time.perf_counter() - t0
-        if step % eval_every == 0 or step == steps:
-            points.append({"step": step, "seconds": seconds, **evaluate()})
-    return {"system": "transformers", "lr": lr, "optimizer": "torch AdamW", "warmup_ratio": 0.1, "curve": points,
-            "train_seconds": seconds, "final": points[-1]}
+        clock.stop()
+        if step % run.eval_every == 0 or step == steps:
+            points.append(clock.point(step, evaluate()))
+    return {"system": "transformers", "lr": lr, "optimizer": "torch AdamW (fused)", "warmup_ratio": 0.1,
+            "dtype": run.dtype, "precision": precision.dtype, "seed": seed, "curve": points,
+            "train_seconds": points[-1]["seconds"], "train_cpu_seconds": points[-1]["cpu_seconds"],
+            "final": points[-1]}
 
 
 # --------------------------------------------------------------------------- comparison
 
 
-def time_to_reach(curve: list[dict], target: float) -> float | None:
-    """Training seconds at which a curve first reaches `target` held-out masked-LM accuracy (linear
-    interpolation between evaluation points); None when it never does."""
+def time_to_reach(curve: list[dict], target: float, clock: str = "seconds") -> float | None:
+    """Training seconds (on `clock`) at which a curve first reaches `target` held-out masked-LM accuracy
+    (linear interpolation between evaluation points, from 0 at the start); None when it never does."""
     prev_t, prev_a = 0.0, 0.0
     for p in curve:
         if p["mlm_accuracy"] >= target:
             if p["mlm_accuracy"] == prev_a:
-                return p["seconds"]
-            return prev_t + (target - prev_a) / (p["mlm_accuracy"] - prev_a) * (p["seconds"] - prev_t)
-        prev_t, prev_a = p["seconds"], p["mlm_accuracy"]
+                return p[clock]
+            return prev_t + (target - prev_a) / (p["mlm_accuracy"] - prev_a) * (p[clock] - prev_t)
+        prev_t, prev_a = p[clock], p["mlm_accuracy"]
     return None
 
 
-def compare(ours: dict, peers: list[dict], longer: list[dict] | None = None) -> dict:
-    """Ours (equal steps) and the best peer; the time to the peer's final accuracy is the least over ours'
-    default-rule runs, the equal-steps one and any longer budget (each with its own schedule, as a user
-    who has time to spare would pick)."""
+def spread(values: list[float]) -> dict:
+    """Mean, sample standard deviation (0 for one value), min and max."""
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "min": min(values), "max": max(values), "n": len(values)}
+
+
+def at_equal_steps(runs: list[dict]) -> dict[int, dict]:
+    """Held-out masked-LM accuracy by evaluation step over `runs` (the seeds of one setting)."""
+    steps = sorted({p["step"] for run in runs for p in run["curve"]})
+    return {step: spread([p["mlm_accuracy"] for run in runs for p in run["curve"] if p["step"] == step])
+            for step in steps if all(any(p["step"] == step for p in run["curve"]) for run in runs)}
+
+
+def compare(ours: list[dict], peers: list[dict], peer_seeds: list[dict], longer: list[dict] | None = None) -> dict:
+    """Ours (its seeds, equal steps) against the peer at its best lr (by the first seed's final accuracy; its
+    seeds at that lr). The target is the peer's mean final accuracy; ours' time to it is, per seed, the least
+    over that seed's equal-steps run and any longer budget (each with its own schedule, as a user who has time
+    to spare would pick); the ratio is the peer's mean training time over ours' mean time to the target, on each
+    clock (None when a seed of ours never reaches it)."""
     best = max(peers, key=lambda r: r["final"]["mlm_accuracy"])
-    target = best["final"]["mlm_accuracy"]
-    reaches = [(t, run["curve"][-1]["step"]) for run in [ours, *(longer or [])]
-               if (t := time_to_reach(run["curve"], target)) is not None]
-    reach, reach_steps = min(reaches) if reaches else (None, None)
-    return {
-        "peer_best_lr": best["lr"], "peer_final_mlm_accuracy": target,
-        "peer_final_nsp_accuracy": best["final"]["nsp_accuracy"], "peer_train_seconds": best["train_seconds"],
-        "ours_final_mlm_accuracy": ours["final"]["mlm_accuracy"],
-        "ours_final_nsp_accuracy": ours["final"]["nsp_accuracy"], "ours_train_seconds": ours["train_seconds"],
-        "ours_seconds_to_peer_final": reach, "ours_run_reaching_it_steps": reach_steps,
-        "time_to_accuracy_ratio": best["train_seconds"] / reach if reach else None,
-        "step_time_ratio": (best["train_seconds"] / best["curve"][-1]["step"])
-        / (ours["train_seconds"] / ours["curve"][-1]["step"]),
-    }
+    peer_runs = [best, *(r for r in peer_seeds if r["lr"] == best["lr"] and r["seed"] != best["seed"])]
+    target = statistics.fmean(r["final"]["mlm_accuracy"] for r in peer_runs)
+    result = {"peer_best_lr": best["lr"], "peer_seeds": [r["seed"] for r in peer_runs],
+              "peer_final_mlm_accuracy": target,
+              "peer_final": spread([r["final"]["mlm_accuracy"] for r in peer_runs]),
+              "ours_final": spread([r["final"]["mlm_accuracy"] for r in ours]),
+              "peer_final_nsp_accuracy": statistics.fmean(r["final"]["nsp_accuracy"] for r in peer_runs),
+              "ours_final_nsp_accuracy": statistics.fmean(r["final"]["nsp_accuracy"] for r in ours),
+              "ours_final_mlm_accuracy": statistics.fmean(r["final"]["mlm_accuracy"] for r in ours)}
+    for clock, suffix in zip(CLOCKS, ("", "_cpu")):
+        peer_time = statistics.fmean(r["curve"][-1][clock] for r in peer_runs)
+        ours_time = statistics.fmean(r["curve"][-1][clock] for r in ours)
+        reaches, steps = [], []
+        for run in ours:
+            candidates = [(t, r["curve"][-1]["step"]) for r in [run, *(longer or [])] if r["seed"] == run["seed"]
+                          and (t := time_to_reach(r["curve"], target, clock)) is not None]
+            if candidates:
+                reaches.append(min(candidates)[0])
+                steps.append(min(candidates)[1])
+        reach = statistics.fmean(reaches) if len(reaches) == len(ours) else None
+        result.update({
+            f"peer_train_{clock}": peer_time, f"ours_train_{clock}": ours_time,
+            f"ours_{clock}_to_peer_final": reach,
+            f"time_to_accuracy_ratio{suffix}": peer_time / reach if reach else None,
+            f"step_time_ratio{suffix}": (peer_time / peer_runs[0]["curve"][-1]["step"])
+            / (ours_time / ours[0]["curve"][-1]["step"]),
+        })
+        if clock == "seconds":
+            result["ours_runs_reaching_it_steps"] = steps
+    return result
+
+
+def measure_size(run: ConvergenceRun, corpus: str, vocab: str, work: Path, *, our_dtypes: tuple[str, ...] = (),
+                 our_lr_factors: tuple[float, ...] = (), ours_step_factors: tuple[float, ...] = (),
+                 ours: bool = True, peer: bool = True, reused=None, save=None, log=print) -> dict:
+    """Every run of one model size: ours (per seed; also in each of `our_dtypes`, at each lr factor, and at longer
+    budgets where needed), the peer (its lr grid, then its best lr per seed), and, with both, the comparison.
+    `reused(system, lr, steps, seed, dtype)` may return a finished run instead of training it; `save(entry)` is
+    called after every run, so a long benchmark keeps what it measured (and parts of one can run as separate
+    processes, `ours` or `peer` off, their results merged by --reuse)."""
+    work.mkdir(parents=True, exist_ok=True)
+    train, heldout = prepare_data(corpus, vocab, work, run)
+    threads_before = torch.get_num_threads()
+    if run.threads:
+        torch.set_num_threads(run.threads)
+    model, steps = run.config, run.steps
+    entry: dict = {"settings": dataclasses.asdict(run)}
+
+    def train_one(system: str, seed: int, lr: float | None = None, steps_: int = steps, dtype: str | None = None):
+        dtype = dtype or run.dtype
+        done = reused(system, lr, steps_, seed, dtype) if reused else None
+        if done is None:
+            done = (run_ours(model, train, heldout, work, run, steps_, seed, lr, dtype) if system == "ours" else
+                    run_peer(model, train, heldout, run, steps_, seed, lr))
+        final = done["final"]
+        log(f"{model} {system:>12} {done['precision']:>8} lr {done['lr']:.2g} seed {seed}: held-out MLM "
+            f"{final['mlm_accuracy']:.4f}, NSP {final['nsp_accuracy']:.4f} after {final['step']} steps, "
+            f"{done['train_seconds']:.0f} s ({done['train_cpu_seconds']:.0f} CPU s) training")
+        return done
+
+    def add(key: str, value: dict) -> dict:
+        entry.setdefault(key, []).append(value)
+        if save:
+            save(entry)
+        return value
+
+    try:
+        for seed in run.seeds if ours else ():
+            add("ours", train_one("ours", seed))
+        for dtype in our_dtypes if ours else ():
+            for seed in run.seeds:
+                add(f"ours_{dtype}", train_one("ours", seed, dtype=dtype))
+        for factor in our_lr_factors if ours else ():
+            add("ours_lr_sweep", train_one("ours", run.seeds[0], lr=entry["ours"][0]["lr"] * factor))
+        if peer:
+            peer_seeds = run.peer_seeds or run.seeds
+            for lr in run.peer_lrs:
+                add("peer", train_one("transformers", peer_seeds[0], lr=lr))
+            grid = entry["peer"]
+            best = max(grid, key=lambda r: r["final"]["mlm_accuracy"])
+            entry["peer_seeds"] = []
+            for seed in peer_seeds[1:]:
+                add("peer_seeds", train_one("transformers", seed, lr=best["lr"]))
+        if ours and peer:
+            target = statistics.fmean(r["final"]["mlm_accuracy"] for r in [best, *entry["peer_seeds"]])
+            entry["ours_longer"] = []
+            for factor in ours_step_factors:  # only for the seeds that need it
+                for seed_run in entry["ours"]:
+                    if time_to_reach(seed_run["curve"], target) is None and not any(
+                            r["seed"] == seed_run["seed"] and time_to_reach(r["curve"], target)
+                            for r in entry["ours_longer"]):
+                        add("ours_longer", train_one("ours", seed_run["seed"], steps_=round(steps * factor)))
+            entry["comparison"] = compare(entry["ours"], grid, entry["peer_seeds"], entry["ours_longer"])
+        equal = {name: at_equal_steps(entry[name]) for name in ("ours", *(f"ours_{d}" for d in our_dtypes))
+                 if entry.get(name)}
+        if peer:
+            equal["peer_best"] = at_equal_steps([r for r in [*grid, *entry["peer_seeds"]] if r["lr"] == best["lr"]])
+        entry["equal_steps"] = equal
+        if save:
+            save(entry)
+    finally:
+        torch.set_num_threads(threads_before)
+    return entry
 
 
 def plot(results: dict, path: Path) -> None:
@@ -239,136 +382,152 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     sizes = list(results["models"])
-    fig, axes = plt.subplots(1, len(sizes), figsize=(5.5 * len(sizes), 4.2), squeeze=False)
-    for ax, size in zip(axes[0], sizes):
+    fig, axes = plt.subplots(2, len(sizes), figsize=(6 * len(sizes), 8), squeeze=False)
+    colors = {"ours": "tab:blue", "ours_float32": "tab:green", "ours_longer": "tab:cyan", "peer": "tab:red",
+              "ours_lr_sweep": "tab:grey"}
+    for column, size in enumerate(sizes):
         entry = results["models"][size]
-        runs = [entry["ours"], *entry.get("ours_longer", []), *entry.get("ours_lr_sweep", []),
-                *entry.get("peer", [])]
-        for run in runs:
-            xs = [0.0] + [p["seconds"] / 60 for p in run["curve"]]
-            ys = [0.0] + [p["mlm_accuracy"] for p in run["curve"]]
-            default = run is entry["ours"]
-            longer = run in entry.get("ours_longer", [])
-            label = (f"ours, defaults (lr {run['lr']:.2g})" if default else
-                     f"ours, defaults, {run['curve'][-1]['step']} steps" if longer else
-                     f"{'ours' if run['system'] == 'ours' else 'transformers'}, lr {run['lr']:.2g}")
-            ax.plot(xs, ys, marker="o", markersize=3, linewidth=2.2 if default else 1.2,
-                    linestyle="-" if run["system"] == "ours" else "--", label=label)
-        if entry.get("comparison"):
-            ax.axhline(entry["comparison"]["peer_final_mlm_accuracy"], color="grey", linewidth=0.8, linestyle=":")
-        ax.set_title(f"{size}: held-out masked-LM accuracy")
-        ax.set_xlabel("training time (minutes, evaluation excluded)")
-        ax.set_ylabel("masked-LM accuracy (held-out documents)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        best_lr = entry.get("comparison", {}).get("peer_best_lr")
+        groups = [(name, entry.get(name, [])) for name in ("ours", "ours_float32", "ours_longer", "ours_lr_sweep")]
+        groups.append(("peer", [r for r in [*entry.get("peer", []), *entry.get("peer_seeds", [])]]))
+        for row, (clock, label) in enumerate(zip(CLOCKS, ("wall", "process CPU"))):
+            ax = axes[row][column]
+            labelled = set()
+            for name, runs in groups:
+                for run in runs:
+                    xs = [0.0] + [p[clock] / 60 for p in run["curve"]]
+                    ys = [0.0] + [p["mlm_accuracy"] for p in run["curve"]]
+                    faint = name == "peer" and run["lr"] != best_lr
+                    text = {"ours": f"ours, defaults ({run['precision']}, lr {run['lr']:.2g})",
+                            "ours_float32": f"ours, float32 (lr {run['lr']:.2g})",
+                            "ours_longer": f"ours, defaults, {run['curve'][-1]['step']} steps",
+                            "ours_lr_sweep": f"ours, lr {run['lr']:.2g}",
+                            "peer": f"transformers ({run['precision']}), lr {run['lr']:.2g}"}[name]
+                    ax.plot(xs, ys, marker="o", markersize=2.5, linewidth=0.8 if faint else 1.6,
+                            alpha=0.35 if faint else 0.9, color=colors[name], linestyle="--" if name == "peer" else "-",
+                            label=None if text in labelled else text)
+                    labelled.add(text)
+            if entry.get("comparison"):
+                ax.axhline(entry["comparison"]["peer_final_mlm_accuracy"], color="grey", linewidth=0.8, linestyle=":")
+            ax.set_title(f"{size}: held-out masked-LM accuracy ({label} time)")
+            ax.set_xlabel(f"training time, {label} (minutes, evaluation excluded)")
+            ax.set_ylabel("masked-LM accuracy (held-out documents)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m evaluation.pretrain_convergence", description=__doc__.split("\n\n")[0],
+    defaults = ConvergenceRun()
+    parser = argparse.ArgumentParser(prog="python -m evaluation.pretrain_convergence",
+                                     description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="raw text, documents separated by blank lines")
     parser.add_argument("--vocab", default=str(DEFAULT_VOCAB), help="WordPiece vocab.txt for the shards and models")
     parser.add_argument("--work-dir", default="bench-results/convergence", help="segmented text, shards, models")
-    parser.add_argument("--configs", nargs="+", default=["bert_2_128_2"],
+    parser.add_argument("--configs", nargs="+", default=[defaults.config],
                         help="architectures (bert_LAYERS_HIDDEN_HEADS), each trained by ours; NAME:STEPS gives that "
                              "size its own number of steps")
     parser.add_argument("--peer-configs", nargs="*", default=None,
                         help="architectures that also get the transformers peer (default: all of --configs)")
-    parser.add_argument("--steps", type=int, default=600, help="optimizer steps per run")
-    parser.add_argument("--batch-size", type=int, default=32, help="sequences per step")
-    parser.add_argument("--max-seq-length", type=int, default=128, help="shard sequence length")
-    parser.add_argument("--max-predictions", type=int, default=20, help="masked positions per sequence")
-    parser.add_argument("--dupe-factor", type=int, default=5, help="masking passes over the training documents")
-    parser.add_argument("--holdout-fraction", type=float, default=0.1, help="documents held out for evaluation")
-    parser.add_argument("--eval-every", type=int, default=50, help="held-out evaluation every N steps")
-    parser.add_argument("--eval-batches", type=int, default=20, help="held-out batches per evaluation (0: all)")
-    parser.add_argument("--peer-lrs", type=float, nargs="+", default=[5e-4, 1e-3, 2e-3],
+    parser.add_argument("--steps", type=int, default=defaults.steps, help="optimizer steps per run")
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per step")
+    parser.add_argument("--max-seq-length", type=int, default=defaults.max_seq_length, help="shard sequence length")
+    parser.add_argument("--max-predictions", type=int, default=defaults.max_predictions,
+                        help="masked positions per sequence")
+    parser.add_argument("--dupe-factor", type=int, default=defaults.dupe_factor,
+                        help="masking passes over the training documents")
+    parser.add_argument("--holdout-fraction", type=float, default=defaults.holdout_fraction,
+                        help="documents held out for evaluation")
+    parser.add_argument("--eval-every", type=int, default=defaults.eval_every, help="held-out evaluation every N steps")
+    parser.add_argument("--eval-batches", type=int, default=defaults.eval_batches,
+                        help="held-out batches per evaluation (0: all)")
+    parser.add_argument("--peer-lrs", type=float, nargs="+", default=list(defaults.peer_lrs),
                         help="learning-rate grid of the transformers peer (its best is compared)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(defaults.seeds),
+                        help="seeds of ours' runs and of the peer's runs at its best lr (the grid runs at the first)")
+    parser.add_argument("--peer-seeds", type=int, nargs="*", default=list(defaults.peer_seeds),
+                        help="seeds of the peer (its lr grid at the first, its best lr at each; default: --seeds)")
+    parser.add_argument("--dtype", default=defaults.dtype, choices=["auto", "float32", "bfloat16", "float16"],
+                        help="both systems' precision (auto: bfloat16 autocast where the device computes it natively)")
+    parser.add_argument("--our-dtypes", nargs="*", default=[], choices=["float32", "bfloat16", "float16"],
+                        help="also train ours, every seed, in these precisions (does --dtype learn as well?)")
+    parser.add_argument("--threads", type=int, default=defaults.threads,
+                        help="torch threads of both systems (0: torch's default)")
     parser.add_argument("--our-lr-factors", type=float, nargs="*", default=[],
                         help="also train ours at these multiples of its default learning rate (where does the "
                              "default land?)")
     parser.add_argument("--sweep-configs", nargs="*", default=None,
                         help="architectures that get the --our-lr-factors sweep (default: all of --configs)")
     parser.add_argument("--ours-step-factors", type=float, nargs="*", default=[],
-                        help="also train ours on its defaults for this many times --steps (its schedule over the "
-                             "longer run): the time to the peer's final accuracy may come from such a run")
-    parser.add_argument("--reuse", metavar="JSON",
-                        help="take the runs an earlier result file already holds (same model, system, lr, steps) "
-                             "from it instead of training them again")
-    parser.add_argument("--seed", type=int, default=0)
+                        help="for a seed whose equal-steps run does not reach the peer's final accuracy, also train "
+                             "ours on its defaults for this many times --steps (its schedule over the longer run)")
+    parser.add_argument("--reuse", metavar="JSON", nargs="+", default=[],
+                        help="take the runs earlier result files already hold (same model, system, lr, steps, seed "
+                             "and precision setting) from them instead of training them again: a benchmark split "
+                             "into parts run side by side (--no-ours, --peer-configs, --seeds) is merged this way")
+    parser.add_argument("--no-ours", dest="ours", action="store_false",
+                        help="train only the peer (a part of a benchmark run side by side; see --reuse)")
     parser.add_argument("--out-json", default="bench-results/pretrain_convergence.json")
     parser.add_argument("--plot", default=None, help="PNG of accuracy against time (default: next to --out-json)")
     args = parser.parse_args(argv)
     existing(parser, "--corpus", args.corpus)
     existing(parser, "--vocab", args.vocab)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    torch.set_num_threads(max(1, torch.get_num_threads()))
 
     work = Path(args.work_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    train_dir, heldout = prepare_data(args.corpus, args.vocab, work, args.max_seq_length, args.max_predictions,
-                                  args.dupe_factor, args.holdout_fraction)
     steps_of = {c.split(":")[0]: int(c.split(":")[1]) if ":" in c else args.steps for c in args.configs}
     peer_configs = list(steps_of) if args.peer_configs is None else args.peer_configs
     sweep_configs = list(steps_of) if args.sweep_configs is None else args.sweep_configs
     results: dict = {"machine": {"platform": platform.platform(), "processor": platform.processor(),
-                                 "torch_threads": torch.get_num_threads(), "torch": torch.__version__},
+                                 "cpus": os.cpu_count(), "torch": torch.__version__,
+                                 "date": time.strftime("%Y-%m-%d %H:%M")},
                      "settings": {k: v for k, v in vars(args).items() if k not in ("out_json", "plot")},
                      "models": {}}
     out_json = Path(args.out_json)
     out_json.parent.mkdir(parents=True, exist_ok=True)
-    earlier = json.loads(Path(args.reuse).read_text())["models"] if args.reuse else {}
+    earlier: dict[str, list[dict]] = {}  # model -> the runs of the --reuse files
+    for path in args.reuse:
+        for model, old in json.loads(Path(path).read_text())["models"].items():
+            earlier.setdefault(model, []).extend(r for value in old.values() if isinstance(value, list)
+                                                 for r in value if isinstance(r, dict) and "curve" in r)
 
-    def reused(model: str, system: str, lr: float | None, steps: int) -> dict | None:
-        old = earlier.get(model, {})
-        for run in [old.get("ours"), *old.get("ours_longer", []), *old.get("ours_lr_sweep", []),
-                    *old.get("peer", [])]:
-            if run and run["system"] == system and run["curve"][-1]["step"] == steps and (
-                    (lr is None and run.get("lr_given") is None and system == "ours")
-                    or (lr is not None and math.isclose(run["lr"], lr, rel_tol=1e-6))):
-                return run
-        return None
-
-    def train(model: str, system: str, lr: float | None, steps: int, common: dict) -> dict:
-        run = reused(model, system, lr, steps)
-        if run is None:
-            args_ = {**common, "steps": steps, "lr": lr}
-            run = run_ours(work=work, **args_) if system == "ours" else run_peer(**args_)
-        _report(model, run)
-        return run
+    def write(model: str, entry: dict) -> None:
+        tmp = out_json.with_name(f".{out_json.name}.tmp")
+        tmp.write_text(json.dumps({**results, "models": {**results["models"], model: entry}}, indent=2) + "\n")
+        tmp.replace(out_json)
 
     for model, steps in steps_of.items():
-        entry: dict = {"steps": steps}
-        common = dict(model=model, train=train_dir, heldout=heldout, batch=args.batch_size,
-                      eval_every=args.eval_every, eval_batches=args.eval_batches, seed=args.seed)
-        entry["ours"] = train(model, "ours", None, steps, common)
-        entry["ours_longer"] = [train(model, "ours", None, round(steps * f), common) for f in args.ours_step_factors]
-        entry["ours_lr_sweep"] = []
-        for factor in args.our_lr_factors if model in sweep_configs else []:
-            entry["ours_lr_sweep"].append(train(model, "ours", entry["ours"]["lr"] * factor, steps, common))
-            out_json.write_text(json.dumps({**results, "models": {**results["models"], model: entry}}, indent=2))
-        if model in peer_configs:
-            entry["peer"] = []
-            for lr in args.peer_lrs:
-                entry["peer"].append(train(model, "transformers", lr, steps, common))
-                out_json.write_text(json.dumps({**results, "models": {**results["models"], model: entry}}, indent=2))
-            entry["comparison"] = compare(entry["ours"], entry["peer"], entry["ours_longer"])
-            print(f"{model}: {json.dumps(entry['comparison'])}")
+        run = ConvergenceRun(config=model, steps=steps, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+                             max_predictions=args.max_predictions, dupe_factor=args.dupe_factor,
+                             holdout_fraction=args.holdout_fraction, eval_every=args.eval_every,
+                             eval_batches=args.eval_batches, peer_lrs=tuple(args.peer_lrs), seeds=tuple(args.seeds),
+                             peer_seeds=tuple(args.peer_seeds),
+                             dtype=args.dtype, threads=args.threads)
+        runs = earlier.get(model, [])
+
+        def reused(system: str, lr: float | None, steps_: int, seed: int, dtype: str, runs=runs) -> dict | None:
+            for r in runs:
+                if (r.get("system") == system and r["curve"][-1]["step"] == steps_ and r.get("seed") == seed
+                        and r.get("dtype") == dtype and ((lr is None and r.get("lr_given") is None and system == "ours")
+                                                         or (lr is not None and math.isclose(r["lr"], lr, rel_tol=1e-6)))):
+                    return r
+            return None
+
+        entry = measure_size(run, args.corpus, args.vocab, work, our_dtypes=tuple(args.our_dtypes),
+                             our_lr_factors=tuple(args.our_lr_factors) if model in sweep_configs else (),
+                             ours_step_factors=tuple(args.ours_step_factors), ours=args.ours,
+                             peer=model in peer_configs,
+                             reused=reused, save=lambda e, m=model: write(m, e))
+        if "comparison" in entry:
+            print(f"{model}: {json.dumps(entry['comparison'])}", flush=True)
         results["models"][model] = entry
-        out_json.write_text(json.dumps(results, indent=2) + "\n")  # after every model: a long run keeps its figures
+        write(model, entry)
     plot_path = Path(args.plot) if args.plot else out_json.with_suffix(".png")
     plot(results, plot_path)
     print(f"results: {out_json}; plot: {plot_path}")
     return results
-
-
-def _report(model: str, run: dict) -> None:
-    final = run["final"]
-    print(f"{model} {run['system']:>12} lr {run['lr']:.2g}: held-out MLM {final['mlm_accuracy']:.4f}, "
-          f"NSP {final['nsp_accuracy']:.4f} after {final['step']} steps, {run['train_seconds']:.0f} s training",
-          flush=True)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,18 @@
 """Pretraining-step throughput: bert_core's MLM+NSP step against transformers' BertForPreTraining.
 
-Same config, same initial weights, same batches, same optimizer (AdamW) and global-norm clipping,
-interleaved step by step so machine noise hits both alike. Ours is the step `pretrain` runs
-(bert_core.pretrain.step.train_step: the decoder only at the masked positions, the encoder only on
-real tokens); transformers gets the same batch as `labels` (-100 except at the masked positions)
+Same config, same initial weights, same batches, AdamW with global-norm clipping at 1.0, interleaved step
+by step so machine noise hits both alike, each in its best precision on the device (--dtype, default auto:
+bfloat16 autocast where the device computes it natively, as bert_core.train.precision resolves it; a
+transformers user gets the same autocast from its Trainer's `bf16=True`). Ours is the step `pretrain`
+runs (bert_core.pretrain.step.train_step: the decoder only at the masked positions, the encoder only on
+real tokens; bert_core.train.optim's AdamW); transformers runs as its Trainer does by default (torch's
+fused AdamW, SDPA attention) and gets the same batch as `labels` (-100 except at the masked positions)
 and `next_sentence_label`. Batches follow create_pretraining_data's length mix: 90% of sequences
 fill --max-seq-length, 10% are shorter (short_seq_prob), with --max-predictions masked positions each.
 
-Reports real (non-padding) tokens per second and the ratio ours/theirs; on GPU also MFU: encoder
+Reports real (non-padding) tokens per second and the ratio ours/theirs, and the matmul FLOPs of each step
+(`step_flops`: what the arithmetic allows the ratio to be); with --profile N, where the time of each step
+goes (evaluation.step_profile: attention, feed-forward, MLM head, optimizer, ...). On GPU also MFU: encoder
 matmul FLOPs (bert_core.model.modeling.encoder_flops_per_token, x3 for forward + backward) per second over
 the GPU's peak dense FLOPs for the dtype. Models are named as in the zoo, bert_LAYERS_HIDDEN_HEADS
 (bert_6_384_12: MiniLM's size; bert_12_768_12: BERT-base; bert_24_1024_16: BERT-large).
@@ -20,14 +25,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from torch.autograd.profiler import record_function
 
 from evaluation.model_throughput import architecture_name
+from evaluation.settings import PretrainThroughputRun
 
 # Peak dense tensor-core TFLOP/s by GPU name fragment and dtype (vendor datasheets, no sparsity).
 PEAK_TFLOPS = {
@@ -102,18 +110,35 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def measure(name: str, args) -> dict:
+def step_flops(cfg, batch: dict[str, torch.Tensor], decoder_rows: int) -> float:
+    """Matmul FLOPs of one training step (forward x 3 for forward + backward): the encoder over the batch's
+    real tokens (attention over its padded length), the MLM head (transform + vocabulary decoder) over
+    `decoder_rows` positions, pooler and NSP ignored."""
+    from bert_core.model.modeling import encoder_flops_per_token
+
+    tokens = int(batch["attention_mask"].sum())
+    seq = batch["attention_mask"].shape[1]
+    head = 2 * cfg.hidden_size * (cfg.hidden_size + cfg.vocab_size)
+    return 3.0 * (tokens * encoder_flops_per_token(cfg, seq) + decoder_rows * head)
+
+
+def measure(name: str, run: PretrainThroughputRun, device: str, profile: int = 0, peak_tflops: float = 0.0) -> dict:
+    """One row: `run`'s batches through both systems' training steps, interleaved step by step."""
     from bert_core.model.modeling import encoder_flops_per_token
     from bert_core.pretrain.step import to_device, train_step
-    from bert_core.train.precision import Precision
+    from bert_core.train.optim import build_optimizer
+    from bert_core.train.precision import Precision, resolve_precision
 
     torch.manual_seed(0)
     ours, theirs, cfg = build_pair(name)
-    device = torch.device(args.device)
+    device = torch.device(device)
     models = {"ours": ours.to(device).train(), "transformers": theirs.to(device).train()}
-    opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-5) for k, m in models.items()}
-    precision = {k: Precision(args.dtype, device) for k in models}
-    batches = make_batches(args.warmup + args.steps, args.batch_size, args.max_seq_length, args.max_predictions,
+    opts = {"ours": build_optimizer(ours, "adamw", 1e-5),
+            # transformers' Trainer: AdamW, fused on torch >= 2.8 (its default `adamw_torch_fused`)
+            "transformers": torch.optim.AdamW(theirs.parameters(), lr=1e-5, fused=True)}
+    choice = resolve_precision(run.dtype, device)
+    precision = {k: Precision(choice.dtype, device) for k in models}
+    batches = make_batches(run.warmup + run.steps, run.batch_size, run.max_seq_length, run.max_predictions,
                            cfg.vocab_size, seed=0)
     batches = [to_device(b, device) for b in batches]
     check_same_loss(models, batches[0], device)
@@ -126,29 +151,39 @@ def measure(name: str, args) -> dict:
             with prec.autocast():
                 loss = model(**hf_inputs(batch)).loss
             prec.scale(loss).backward()
-        prec.unscale_(opt)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        prec.step(opt, 0)
-        opt.zero_grad(set_to_none=True)
+        with record_function("optimizer"):
+            prec.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            prec.step(opt, 0)
+            opt.zero_grad(set_to_none=True)
 
-    times = {k: [] for k in models}
+    times: dict[str, list[float]] = {k: [] for k in models}
+    cpu: dict[str, list[float]] = {k: [] for k in models}  # process CPU seconds: what other jobs cannot inflate
+    load_before = os.getloadavg()
     for i, batch in enumerate(batches):
         order = list(models) if i % 2 == 0 else list(reversed(models))  # neither always goes first
         for kind in order:
-            _sync(args.device)
-            t0 = time.perf_counter()
+            _sync(device.type)
+            t0, c0 = time.perf_counter(), time.process_time()
             step(kind, batch)
-            _sync(args.device)
-            if i >= args.warmup:
+            _sync(device.type)
+            if i >= run.warmup:
                 times[kind].append(time.perf_counter() - t0)
-    measured = batches[args.warmup:]
+                cpu[kind].append(time.process_time() - c0)
+    measured = batches[run.warmup:]
     tokens = sum(int(b["attention_mask"].sum()) for b in measured)
     padded = sum(b["attention_mask"].numel() for b in measured)
-    row = {"config": name, "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,
-           "max_predictions": args.max_predictions, "dtype": args.dtype,
+    row = {"config": name, "batch_size": run.batch_size, "max_seq_length": run.max_seq_length,
+           "max_predictions": run.max_predictions, "dtype": choice.dtype, "dtype_reason": choice.reason,
            "padding_fraction": round(1 - tokens / padded, 3)}
-    flops_per_token = 3 * encoder_flops_per_token(cfg, args.max_seq_length)
-    peak = peak_flops(args)
+    flops = {"ours": sum(step_flops(cfg, b, int((b["masked_lm_weights"] > 0).sum())) for b in measured),
+             "transformers": sum(step_flops(cfg, b, b["input_ids"].numel()) for b in measured)}
+    for kind in models:
+        row[f"{kind}_step_flops"] = round(flops[kind] / len(measured))
+    # The ratio a step of equal efficiency would give: the peer's matmul work over ours.
+    row["flop_ratio_transformers_over_ours"] = round(flops["transformers"] / flops["ours"], 3)
+    flops_per_token = 3 * encoder_flops_per_token(cfg, run.max_seq_length)
+    peak = peak_flops(device.type, choice.dtype, peak_tflops)
     for kind in models:
         tok_s = tokens / sum(times[kind])
         row[f"{kind}_tokens_per_s"] = round(tok_s, 1)
@@ -158,6 +193,18 @@ def measure(name: str, args) -> dict:
     row["ratio_ours_over_transformers"] = round(row["ours_tokens_per_s"] / row["transformers_tokens_per_s"], 3)
     # Medians shrug off the odd step slowed by other processes on a shared machine.
     row["ratio_by_median_step"] = round(row["transformers_median_step_s"] / row["ours_median_step_s"], 3)
+    for kind in models:
+        row[f"{kind}_median_step_cpu_s"] = round(statistics.median(cpu[kind]), 4)
+    row["ratio_by_median_step_cpu"] = round(row["transformers_median_step_cpu_s"] / row["ours_median_step_cpu_s"], 3)
+    row["load_average"] = [round(x, 2) for x in (*load_before[:1], *os.getloadavg()[:1])]
+    for kind in models:
+        row[f"{kind}_gflop_per_s"] = round(flops[kind] / sum(times[kind]) / 1e9, 1)
+    if profile:
+        from evaluation.step_profile import profile_steps
+
+        batches_cycle = batches[:max(1, run.warmup)]
+        row["profile"] = {kind: profile_steps(models[kind], lambda i, k=kind: step(
+            k, batches_cycle[i % len(batches_cycle)]), profile) for kind in models}
     return row
 
 
@@ -178,61 +225,96 @@ def check_same_loss(models: dict, batch: dict[str, torch.Tensor], device: torch.
         raise SystemExit(f"losses differ before training: ours {ours:.6f} vs transformers {theirs:.6f}")
 
 
-def peak_flops(args) -> float | None:
-    if args.peak_tflops:
-        return args.peak_tflops * 1e12
-    if not args.device.startswith("cuda"):
+def peak_flops(device_type: str, dtype: str, given_tflops: float = 0.0) -> float | None:
+    if given_tflops:
+        return given_tflops * 1e12
+    if device_type != "cuda":
         return None
     name = torch.cuda.get_device_name()
     for fragment, table in PEAK_TFLOPS.items():
         if fragment in name:
-            return table[args.dtype] * 1e12
+            return table[dtype] * 1e12
     return None
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m evaluation.pretrain_throughput", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--configs", nargs="+", default=["bert_4_256_4", "bert_6_384_12"], type=architecture_name,
-                   help="architectures to measure, as zoo names bert_LAYERS_HIDDEN_HEADS (default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=16, help="sequences per batch")
-    p.add_argument("--max-seq-length", type=int, default=128, help="padded sequence length (90%% of sequences fill it)")
-    p.add_argument("--max-predictions", type=int, default=20, help="masked positions per sequence")
-    p.add_argument("--steps", type=int, default=6, help="measured steps per model")
-    p.add_argument("--warmup", type=int, default=2, help="unmeasured steps first")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                   help="autocast dtype for both models (float16 with loss scaling)")
-    p.add_argument("--peak-tflops", type=float, default=0.0,
-                   help="peak dense TFLOP/s for MFU (default: looked up from the GPU's name)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    p.add_argument("--out-json", type=Path, help="write the rows and machine info here")
-    args = p.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+def measure_pretrain_throughput(run: PretrainThroughputRun, device: str | None = None, profile: int = 0,
+                                peak_tflops: float = 0.0, log=print) -> dict:
+    """Measure every config of `run`; returns {"machine", "args", "rows"} (a row per config, with
+    `ratio_ours_over_transformers`). `log` gets the Markdown table (and the profile tables), a line at a time.
+    The nightly regression calls it in its task's process: the thread count it sets ends with the call."""
     import transformers
 
-    machine = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda")
-               else platform.processor() or platform.machine(), "torch": torch.__version__,
-               "transformers": transformers.__version__, "threads": torch.get_num_threads(),
-               "date": time.strftime("%Y-%m-%d")}
-    rows = []
-    mfu = args.device.startswith("cuda")
-    print("| config | dtype | ours tok/s | transformers tok/s | ratio | ratio (median step) | padding |"
-          + (" MFU ours | MFU theirs |" if mfu else ""))
-    print("| --- | --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if mfu else ""))
-    for name in args.configs:
-        row = measure(name, args)
-        rows.append(row)
-        extra = (f" {row.get('ours_mfu', float('nan')):.1%} | {row.get('transformers_mfu', float('nan')):.1%} |"
-                 if mfu else "")
-        print(f"| {name} | {args.dtype} | {row['ours_tokens_per_s']:.0f} | {row['transformers_tokens_per_s']:.0f} | "
-              f"{row['ratio_ours_over_transformers']:.2f}x | {row['ratio_by_median_step']:.2f}x | "
-              f"{row['padding_fraction']:.0%} |{extra}", flush=True)
+    from bert_core.model.zoo import architecture_config
+
+    for name in run.configs:
+        architecture_config(name)  # every name checked (BertPipelineError) before the first measurement
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    threads_before = torch.get_num_threads()
+    if run.threads:
+        torch.set_num_threads(run.threads)
+    try:
+        machine = {"device": torch.cuda.get_device_name() if device.startswith("cuda")
+                   else platform.processor() or platform.machine(), "torch": torch.__version__,
+                   "transformers": transformers.__version__, "threads": torch.get_num_threads(),
+                   "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M")}
+        rows = []
+        mfu = device.startswith("cuda")
+        log("| config | dtype | ours tok/s | transformers tok/s | ratio | ratio (median step) | ratio (median CPU s) | "
+            "FLOP ratio | padding | load |" + (" MFU ours | MFU theirs |" if mfu else ""))
+        log("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if mfu else ""))
+        for name in run.configs:
+            row = measure(name, run, device, profile, peak_tflops)
+            rows.append(row)
+            extra = (f" {row.get('ours_mfu', float('nan')):.1%} | {row.get('transformers_mfu', float('nan')):.1%} |"
+                     if mfu else "")
+            log(f"| {name} | {row['dtype']} | {row['ours_tokens_per_s']:.0f} | {row['transformers_tokens_per_s']:.0f} | "
+                f"{row['ratio_ours_over_transformers']:.2f}x | {row['ratio_by_median_step']:.2f}x | "
+                f"{row['ratio_by_median_step_cpu']:.2f}x | {row['flop_ratio_transformers_over_ours']:.2f}x | "
+                f"{row['padding_fraction']:.0%} | {row['load_average'][0]:.1f}-{row['load_average'][1]:.1f} |{extra}")
+            if "profile" in row:
+                from evaluation.step_profile import render
+
+                for line in render(row["profile"]).splitlines():
+                    log(line)
+    finally:
+        torch.set_num_threads(threads_before)
+    return {"machine": machine, "args": {**{k: str(v) for k, v in dataclasses.asdict(run).items()},
+                                         "device": device, "profile": profile}, "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> None:
+    defaults = PretrainThroughputRun()
+    p = argparse.ArgumentParser(prog="python -m evaluation.pretrain_throughput", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--configs", nargs="+", default=list(defaults.configs), type=architecture_name,
+                   help="architectures to measure, as zoo names bert_LAYERS_HIDDEN_HEADS (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="sequences per batch (%(default)s)")
+    p.add_argument("--max-seq-length", type=int, default=defaults.max_seq_length,
+                   help="padded sequence length (90%% of sequences fill it; %(default)s)")
+    p.add_argument("--max-predictions", type=int, default=defaults.max_predictions,
+                   help="masked positions per sequence (%(default)s)")
+    p.add_argument("--steps", type=int, default=defaults.steps, help="measured steps per model (%(default)s)")
+    p.add_argument("--warmup", type=int, default=defaults.warmup, help="unmeasured steps first (%(default)s)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--dtype", default=defaults.dtype, choices=["auto", "float32", "bfloat16", "float16"],
+                   help="autocast dtype for both models (float16 with loss scaling); auto: the device's, as "
+                        "`pretrain --dtype auto` resolves it (%(default)s)")
+    p.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                   help="after timing, profile STEPS more steps of each system (torch.profiler) and print where "
+                        "the time goes")
+    p.add_argument("--peak-tflops", type=float, default=0.0,
+                   help="peak dense TFLOP/s for MFU (default: looked up from the GPU's name)")
+    p.add_argument("--threads", type=int, default=defaults.threads, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--out-json", type=Path, help="write the rows and machine info here")
+    args = p.parse_args(argv)
+    run = PretrainThroughputRun(configs=tuple(args.configs), batch_size=args.batch_size,
+                                max_seq_length=args.max_seq_length, max_predictions=args.max_predictions,
+                                steps=args.steps, warmup=args.warmup, dtype=args.dtype, threads=args.threads)
+    report = measure_pretrain_throughput(run, args.device, args.profile, args.peak_tflops,
+                                         log=lambda line: print(line, flush=True))
     if args.out_json:
         args.out_json.parent.mkdir(parents=True, exist_ok=True)
-        args.out_json.write_text(json.dumps({"machine": machine, "args": {k: str(v) for k, v in vars(args).items()},
-                                             "rows": rows}, indent=2) + "\n")
+        args.out_json.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -25,17 +25,22 @@ class Tolerances:
 
     quality: relative drop allowed for task metrics (0.01 = 1% of the reference value; scale-free, so it
     suits accuracy in [0, 1] and SQuAD F1 in [0, 100] alike). quality_abs: a floor on the allowed drop, so
-    tiny references do not make noise a regression. throughput: relative drop allowed for speed ratios.
+    tiny references do not make noise a regression. throughput: relative drop allowed for speed ratios
+    (`throughput/...`: fine-tuning and pretraining steps). time_to_accuracy: relative drop allowed for the
+    time-to-accuracy ratio (`time_to_accuracy/...`), which also moves with where an evaluation point falls.
     The field defaults are the nightly's tolerances (evaluation.settings.NIGHTLY takes them from here).
     """
 
     quality: float = 0.01
     quality_abs: float = 1e-6
     throughput: float = 0.2
+    time_to_accuracy: float = 0.3
 
     def allowed_drop(self, key: str, reference: float) -> float:
         if key.startswith("throughput/"):
             return self.throughput * abs(reference)
+        if key.startswith("time_to_accuracy/"):
+            return self.time_to_accuracy * abs(reference)
         return max(self.quality * abs(reference), self.quality_abs)
 
 

@@ -5,8 +5,10 @@ Every night:
    newest version when that is not the champion (the candidate);
 2. evaluate each of them: download the version from the registry and re-score it on the pinned dev data
    (evaluation.rescore: fine-tuning's own evaluation code and the official scorers; the files' sha256 recorded);
-3. run the throughput benchmark (evaluation.model_throughput, called in this task's process: our model against
-   transformers in the same run; the ratio is what is compared, absolute tokens/s depend on the machine's load);
+3. run the speed benchmarks, in this task's process, each against transformers in the same run (the ratio is
+   what is compared; absolute speeds depend on the machine's load): the fine-tuning step and inference
+   (evaluation.model_throughput), the pretraining step at BERT-base size (evaluation.pretrain_throughput) and the
+   time to the peer's held-out masked-LM accuracy at the small size (evaluation.pretrain_convergence);
 4. compare: champions and throughput against the last night that passed, candidates against their champion,
    with tolerances (evaluation.regression); write a Markdown report with history plots (PNG), log it all to
    the MLflow experiment `bert-nightly` (metrics, report, plots, results JSON, tag `nightly.status`) and fail
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 EXPERIMENT = "bert-nightly"
 STATUS_TAG = "nightly.status"
 HISTORY_NIGHTS = 14
+SPEED_KEYS = ("throughput/", "time_to_accuracy/")  # ratios to transformers measured in the same night
 
 
 def _bundled_data() -> dict[str, str]:
@@ -132,6 +135,72 @@ def throughput(work: str, configs: list[str] | None = None, steps: int | None = 
             for row in report["rows"]}
 
 
+def pretrain_step_speed(work: str, configs: list[str] | None = None, steps: int | None = None,
+                        batch_size: int | None = None, max_seq_length: int | None = None,
+                        max_predictions: int | None = None, threads: int = 0) -> dict[str, float]:
+    """The pretraining-step benchmark (evaluation.pretrain_throughput) in this process; None: NIGHTLY's size. The
+    report goes to `work`/pretrain_throughput.json; returns {"throughput/pretrain_step/<config>": ours/transformers
+    tokens/s ratio}, each system in its best precision on this machine."""
+    from bert_core.errors import BertPipelineError
+    from bert_core.io import storage
+    from bert_core.model.zoo import architecture_config
+    from evaluation.pretrain_throughput import measure_pretrain_throughput
+
+    given = dict(configs=tuple(configs) if configs is not None else None, steps=steps, batch_size=batch_size,
+                 max_seq_length=max_seq_length, max_predictions=max_predictions, threads=threads or None)
+    run = dataclasses.replace(NIGHTLY.pretrain_throughput, **{k: v for k, v in given.items() if v is not None})
+    for name in run.configs:
+        try:
+            architecture_config(name)
+        except BertPipelineError as exc:
+            raise BertPipelineError(f"pretrain_step_configs: {exc}") from None
+    report = measure_pretrain_throughput(run, log=lambda line: log.info("[pretrain step] %s", line))
+    storage.write_text(storage.join(work, "pretrain_throughput.json"), json.dumps(report, indent=2) + "\n")
+    return {f"throughput/pretrain_step/{row['config']}": float(row["ratio_ours_over_transformers"])
+            for row in report["rows"]}
+
+
+def time_to_accuracy(work: str, settings: dict[str, Any] | None = None, corpus: str | None = None,
+                     vocab: str | None = None) -> dict[str, float]:
+    """The time-to-accuracy benchmark (evaluation.pretrain_convergence) at one size in this process: `settings`
+    are ConvergenceRun fields over NIGHTLY.convergence; corpus None: the bundled demo corpus; vocab None: the
+    default model's vocab.txt. The report goes to `work`/pretrain_convergence.json; returns
+    {"time_to_accuracy/<config>": the peer's training time over ours' time to the peer's final held-out
+    accuracy, on the process-CPU clock (what other jobs on a shared worker cannot inflate); 0 when ours never
+    reached it (infinitely slower: a regression against any night that got there)}."""
+    from pathlib import Path
+
+    from bert_core.errors import BertPipelineError
+    from bert_core.io import storage
+    from bert_core.model.zoo import architecture_config
+    from evaluation.pretrain_convergence import measure_size
+    from evaluation.settings import ConvergenceRun
+    from operators.locations import default_model_dir, demo_data
+
+    known = {f.name for f in dataclasses.fields(ConvergenceRun)}
+    unknown = sorted(set(settings or {}) - known)
+    if unknown:
+        raise BertPipelineError(f"convergence settings: unknown {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    given = {k: tuple(v) if isinstance(v, list) else v for k, v in (settings or {}).items() if v is not None}
+    run = dataclasses.replace(NIGHTLY.convergence, **given)
+    try:
+        architecture_config(run.config)
+    except BertPipelineError as exc:
+        raise BertPipelineError(f"convergence_config: {exc}") from None
+    corpus = corpus or demo_data("corpus")
+    vocab = vocab or str(Path(default_model_dir()) / "vocab.txt")
+    with tempfile.TemporaryDirectory(prefix="bert-nightly-convergence-") as scratch:
+        entry = measure_size(run, corpus, vocab, Path(scratch), log=lambda line: log.info("[convergence] %s", line))
+    storage.write_text(storage.join(work, "pretrain_convergence.json"), json.dumps(entry, indent=2) + "\n")
+    comparison = entry["comparison"]
+    ratio = comparison["time_to_accuracy_ratio_cpu"]
+    if ratio is None:
+        log.warning("time to accuracy (%s): ours never reached the peer's final held-out masked-LM accuracy %.4f "
+                    "(ours ended at %.4f)", run.config, comparison["peer_final_mlm_accuracy"],
+                    comparison["ours_final_mlm_accuracy"])
+    return {f"time_to_accuracy/{run.config}": 0.0 if ratio is None else float(ratio)}
+
+
 def _last_good_night(client, experiment_id: str) -> Any | None:
     runs = client.search_runs([experiment_id], filter_string=f"tags.`{STATUS_TAG}` = 'passed'",
                               order_by=["attributes.start_time DESC"], max_results=1)
@@ -145,8 +214,8 @@ def _history(client, experiment_id: str) -> list[Any]:
 
 
 def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float], work: str,
-                       quality_tolerance: float | None = None,
-                       throughput_tolerance: float | None = None) -> dict[str, Any]:
+                       quality_tolerance: float | None = None, throughput_tolerance: float | None = None,
+                       time_to_accuracy_tolerance: float | None = None) -> dict[str, Any]:
     """Compare tonight with the last good night and candidates with champions; log to MLflow; raise on regression.
     A tolerance left None is NIGHTLY's."""
     import mlflow
@@ -158,7 +227,8 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
     from operators.tasks import ensure_experiment
 
     tolerances = dataclasses.replace(NIGHTLY.tolerances, **{k: v for k, v in (
-        ("quality", quality_tolerance), ("throughput", throughput_tolerance)) if v is not None})
+        ("quality", quality_tolerance), ("throughput", throughput_tolerance),
+        ("time_to_accuracy", time_to_accuracy_tolerance)) if v is not None})
     champions = {s["name"]: s for s in evaluated if s["role"] == "champion"}
     candidates = {s["name"]: s for s in evaluated if s["role"] == "candidate"}
     tonight = {f"{name}/{k}": v for name, s in champions.items() for k, v in s["metrics"].items()}
@@ -180,7 +250,7 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
         keys = []
         for key in sorted(tonight):
             model = key.split("/", 1)[0]
-            if key.startswith("throughput/") or model not in champions:
+            if key.startswith(SPEED_KEYS) or model not in champions:
                 keys.append(key)
                 continue
             task = champions[model]["task"]
@@ -196,10 +266,14 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
                          f"Champions on the pinned data and throughput ratios, against MLflow run {last.info.run_id} "
                          f"({when}). Versions tonight: "
                          + (", ".join(f"{n} v{s['version']}" for n, s in sorted(champions.items())) or "none") + ".",
-                         [f for f in vs_last if not f.key.startswith("throughput/")]))
-        sections.append(("Throughput against the last good night",
-                         "Ratio of our tokens/s to transformers' in the same run (evaluation.model_throughput).",
-                         [f for f in vs_last if f.key.startswith("throughput/")]))
+                         [f for f in vs_last if not f.key.startswith(SPEED_KEYS)]))
+        sections.append(("Speed against the last good night",
+                         "Ratios of ours to transformers measured in the same run: tokens/s of the fine-tuning step "
+                         "and inference (`throughput/<config>/<mode>`, evaluation.model_throughput) and of the "
+                         "pretraining step (`throughput/pretrain_step/<config>`, evaluation.pretrain_throughput); the "
+                         "peer's training time over ours' time to its final held-out masked-LM accuracy "
+                         "(`time_to_accuracy/<config>`, CPU clock, evaluation.pretrain_convergence).",
+                         [f for f in vs_last if f.key.startswith(SPEED_KEYS)]))
     vs_champion = []
     for name, cand in sorted(candidates.items()):
         champ = champions[name]
@@ -230,6 +304,7 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
         tracker.set_tags({**standard_tags(None), STATUS_TAG: status, "nightly.regressions": str(len(regressions))})
         tracker.log_params({**pins, "quality_tolerance": tolerances.quality,
                             "throughput_tolerance": tolerances.throughput,
+                            "time_to_accuracy_tolerance": tolerances.time_to_accuracy,
                             **{f"version.{n}.{s['role']}": s["version"] for n, s in
                                [*champions.items(), *candidates.items()]}})
         tracker.log_metrics(tonight, step=0)

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 # The nightly regression's own sections (its Params are not config fields).
 NIGHTLY_MODELS, TOLERANCES, THROUGHPUT = "models and data", "regression tolerances", "throughput benchmark"
+TIME_TO_ACCURACY = "time-to-accuracy benchmark"
 # Section -> the title its form shows (the section's name and a sentence), in the order the forms show them.
 SECTIONS: dict[str, str] = {
     Form.DATA: "Data — what the run reads, and how the text becomes training examples",
@@ -30,7 +31,10 @@ SECTIONS: dict[str, str] = {
                        "learning rate",
     Form.SQUAD: "SQuAD — how long contexts are read in windows and answers picked (SQuAD tasks only)",
     TOLERANCES: "Regression tolerances — how far a figure may fall below its reference before the night fails",
-    THROUGHPUT: "Throughput benchmark — our model's speed against transformers', measured in the same run",
+    THROUGHPUT: "Throughput benchmarks — our inference and pretraining-step speed against transformers', measured in "
+                "the same run",
+    TIME_TO_ACCURACY: "Time-to-accuracy benchmark — pretraining from scratch, ours on its defaults against "
+                      "transformers at its best learning rate, timed to the peer's final held-out accuracy",
     Form.SCALE: "Precision and scale — number format, workers and GPUs, and what happens when a node fails",
     Form.STORAGE: "Storage and tracking — where outputs and checkpoints go, how the run is checked",
 }

@@ -1,8 +1,10 @@
 """bert_nightly_regression: every night, the pinned benchmark suite over the model registry.
 
 plan (champion + newest candidate of each registered task model) -> evaluate each on the pinned dev data
-(mapped) and run the throughput benchmark -> compare with the last good night and with the champions ->
-Markdown report + plots logged to MLflow (experiment `bert-nightly`); the run fails on a regression.
+(mapped), run the fine-tuning throughput benchmark, and the pretraining speed benchmarks (the step at BERT-base
+size; the time to the peer's held-out accuracy at the small size) -> compare with the last good night and with
+the champions -> Markdown report + plots logged to MLflow (experiment `bert-nightly`); the run fails on a
+regression.
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ from bert_core.options import Form
 from evaluation.settings import NIGHTLY
 from operators import locations, nightly
 from operators.airflow_tasks import bert_task
-from operators.params import NIGHTLY_MODELS, THROUGHPUT, TOLERANCES, in_sections, renamed_params, section
+from operators.params import (
+    NIGHTLY_MODELS,
+    THROUGHPUT,
+    TIME_TO_ACCURACY,
+    TOLERANCES,
+    in_sections,
+    renamed_params,
+    section,
+)
 
 PARAMS = in_sections({
     "models": Param([], type="array", description="Registered models to benchmark (e.g. bert-sst-2); empty: every "
@@ -42,7 +52,66 @@ PARAMS = in_sections({
                                        description="Padded benchmark sequence length (`throughput_seq_len`, its "
                                                    "former name, is still accepted in a conf, with a warning).",
                                        section=section(THROUGHPUT)),
+    "time_to_accuracy_tolerance": Param(NIGHTLY.tolerances.time_to_accuracy, type="number", minimum=0,
+                                        description="Relative drop of the time-to-accuracy ratio that counts as a "
+                                                    "regression.", section=section(TOLERANCES)),
+    "pretrain_step_configs": Param(list(NIGHTLY.pretrain_throughput.configs), type="array", description="Architectures "
+                                   "for the pretraining-step benchmark (evaluation.pretrain_throughput: our MLM+NSP "
+                                   "step against transformers' BertForPreTraining, each in its best precision here); "
+                                   "empty: skip.", section=section(THROUGHPUT)),
+    "pretrain_step_steps": Param(NIGHTLY.pretrain_throughput.steps, type="integer", minimum=1,
+                                 description="Measured pretraining steps per model.",
+                                 section=section(THROUGHPUT)),
+    "pretrain_step_batch_size": Param(NIGHTLY.pretrain_throughput.batch_size, type="integer", minimum=1,
+                                      description="Sequences per pretraining-step batch.",
+                                      section=section(THROUGHPUT)),
+    "pretrain_step_max_seq_length": Param(NIGHTLY.pretrain_throughput.max_seq_length, type="integer", minimum=8,
+                                          description="Pretraining-step sequence length (90% of sequences fill it).",
+                                          section=section(THROUGHPUT)),
+    "pretrain_step_max_predictions": Param(NIGHTLY.pretrain_throughput.max_predictions, type="integer", minimum=1,
+                                           description="Masked positions per sequence of the pretraining step.",
+                                           section=section(THROUGHPUT)),
+    "convergence_config": Param(NIGHTLY.convergence.config, type=["null", "string"], description="Architecture "
+                                "for the time-to-accuracy benchmark (evaluation.pretrain_convergence: ours from "
+                                "scratch on its defaults against transformers at its best lr of "
+                                "convergence_peer_lrs, to the peer's final held-out masked-LM accuracy); empty: skip.",
+                                    section=section(TIME_TO_ACCURACY)),
+    "convergence_corpus": Param(None, type=["null", "string"], description="Raw text for the time-to-accuracy "
+                                "benchmark (file or directory, documents separated by blank lines; a tenth held out "
+                                "by document); empty: the bundled demo corpus (tiny: a smoke figure; pin a real "
+                                "corpus, e.g. WikiText-2, for a meaningful one).",
+                                    section=section(TIME_TO_ACCURACY)),
+    "convergence_vocab": Param(None, type=["null", "string"], description="vocab.txt for its shards and models; "
+                               "empty: the default model's (MiniLM's uncased vocabulary).",
+                                   section=section(TIME_TO_ACCURACY)),
+    "convergence_steps": Param(NIGHTLY.convergence.steps, type="integer", minimum=1,
+                               description="Optimizer steps of each time-to-accuracy run.",
+                               section=section(TIME_TO_ACCURACY)),
+    "convergence_batch_size": Param(NIGHTLY.convergence.batch_size, type="integer", minimum=1,
+                                    description="Sequences per time-to-accuracy step.",
+                                    section=section(TIME_TO_ACCURACY)),
+    "convergence_max_seq_length": Param(NIGHTLY.convergence.max_seq_length, type="integer", minimum=8,
+                                        description="Shard sequence length of the time-to-accuracy runs.",
+                                        section=section(TIME_TO_ACCURACY)),
+    "convergence_max_predictions": Param(NIGHTLY.convergence.max_predictions, type="integer", minimum=1,
+                                         description="Masked positions per sequence of the time-to-accuracy runs.",
+                                         section=section(TIME_TO_ACCURACY)),
+    "convergence_dupe_factor": Param(NIGHTLY.convergence.dupe_factor, type="integer", minimum=1,
+                                     description="Masking passes over the time-to-accuracy training documents.",
+                                     section=section(TIME_TO_ACCURACY)),
+    "convergence_eval_every": Param(NIGHTLY.convergence.eval_every, type="integer", minimum=1,
+                                    description="Held-out evaluation every N steps (the curve the time is read from).",
+                                    section=section(TIME_TO_ACCURACY)),
+    "convergence_eval_batches": Param(NIGHTLY.convergence.eval_batches, type="integer", minimum=0,
+                                      description="Held-out batches per evaluation (0: all).",
+                                      section=section(TIME_TO_ACCURACY)),
+    "convergence_peer_lrs": Param(list(NIGHTLY.convergence.peer_lrs), type="array", description="Learning rates "
+                                  "of the transformers peer (its best is compared).",
+                                      section=section(TIME_TO_ACCURACY)),
 })
+# The convergence_* Params that are evaluation.settings.ConvergenceRun fields (the others pick its data).
+CONVERGENCE_FIELDS = ("steps", "batch_size", "max_seq_length", "max_predictions", "dupe_factor", "eval_every",
+                      "eval_batches", "peer_lrs")
 # Conf keys the form shipped under another name: still accepted, with a warning.
 RENAMED = {"throughput_seq_len": "throughput_max_seq_length"}
 
@@ -71,16 +140,32 @@ def bert_nightly_regression():
         return nightly.throughput(work_dir, list(params["throughput_configs"]), params["throughput_steps"],
                                   params["throughput_batch_size"], params["throughput_max_seq_length"])
 
+    @bert_task
+    def pretrain_speed(work_dir: str, params=None) -> dict:
+        speed = {}
+        if params["pretrain_step_configs"]:
+            speed.update(nightly.pretrain_step_speed(
+                work_dir, list(params["pretrain_step_configs"]), params["pretrain_step_steps"],
+                params["pretrain_step_batch_size"], params["pretrain_step_max_seq_length"],
+                params["pretrain_step_max_predictions"]))
+        if params["convergence_config"]:
+            settings = {"config": params["convergence_config"],
+                        **{name: params[f"convergence_{name}"] for name in CONVERGENCE_FIELDS}}
+            speed.update(nightly.time_to_accuracy(work_dir, settings, params["convergence_corpus"],
+                                                  params["convergence_vocab"]))
+        return speed
+
     # none_failed: a registry with no benchmarked model maps `evaluate` to nothing (skipped); the night still
-    # reports the throughput comparison.
+    # reports the speed comparisons.
     @bert_task(trigger_rule="none_failed")
-    def compare_and_report(evaluated: list[dict], speed: dict, work_dir: str, params=None) -> dict:
-        return nightly.compare_and_report(list(evaluated), speed, work_dir, params["quality_tolerance"],
-                                          params["throughput_tolerance"])
+    def compare_and_report(evaluated: list[dict], speed: dict, pretraining: dict, work_dir: str, params=None) -> dict:
+        return nightly.compare_and_report(list(evaluated), {**speed, **pretraining}, work_dir,
+                                          params["quality_tolerance"], params["throughput_tolerance"],
+                                          params["time_to_accuracy_tolerance"])
 
     work = work_dir()
     evaluated = evaluate.partial(work_dir=work).expand(spec=plan())
-    compare_and_report(evaluated, throughput(work), work)
+    compare_and_report(evaluated, throughput(work), pretrain_speed(work), work)
 
 
 bert_nightly_regression()

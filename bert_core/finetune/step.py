@@ -51,7 +51,7 @@ from bert_core.tasks import catalog
 from bert_core.train import dist
 from bert_core.train.loop import optimizer_step
 from bert_core.train.optim import build_optimizer, build_scheduler
-from bert_core.train.precision import Precision
+from bert_core.train.precision import Precision, PrecisionChoice, agreed, resolve_precision
 from bert_core.train.step_spec import Plan, StepSpec, Worker
 
 log = logging.getLogger(__name__)
@@ -65,18 +65,23 @@ def experiment_name(task: str) -> str:
 
 @dataclass
 class Prepared:
-    """What every worker needs before training: the task, its files and the inputs' hashes."""
+    """What every worker needs before training: the task, its files, the inputs' hashes and the precision."""
 
     task: catalog.TaskInfo
     model_dir: Path
     adapter: Adapter
     inputs: dict[str, str]  # path (an s3:// file's URI) -> sha256 of the files this run reads
     train_input: str  # the train file's key in `inputs`
+    # The compute precision, resolved for the device the steps run on (agreed by all workers); None in the
+    # driver's check (prepare without a device), which trains nothing.
+    precision: PrecisionChoice | None = None
 
 
-def prepare(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> Prepared:
+def prepare(cfg: FinetuneConfig, inputs: dict[str, str] | None = None,
+            device: torch.device | None = None) -> Prepared:
     """Check the config, the task's files and the model; hash the inputs unless given (Ray workers get
-    the driver's hashes)."""
+    the driver's hashes); with the `device` the steps run on, resolve the precision (--dtype auto). All workers
+    call it with a device together."""
     cfg.validate()
     task = catalog.get(cfg.task)
     data_dir = storage.local_dir(cfg.data_dir)
@@ -90,7 +95,8 @@ def prepare(cfg: FinetuneConfig, inputs: dict[str, str] | None = None) -> Prepar
         files = [adapter.train_file()] + [path for _, path in adapter.eval_files()]
         files += [p for p in sorted(model_dir.iterdir()) if p.is_file() and p.suffix in (".safetensors", ".bin")]
         inputs = {_input_uri(p, fetched): manifest.sha256_file(p) for p in files}
-    return Prepared(task, model_dir, adapter, inputs, _input_uri(adapter.train_file(), fetched))
+    precision = None if device is None else agreed(dist.all_gather_objects(resolve_precision(cfg.dtype, device)))
+    return Prepared(task, model_dir, adapter, inputs, _input_uri(adapter.train_file(), fetched), precision)
 
 
 def _input_uri(path: Path, fetched: tuple[tuple[str, Path], ...]) -> str:
@@ -268,6 +274,8 @@ def train(cfg: FinetuneConfig, tracker: Tracker, prepared: Prepared,
     task, adapter = prepared.task, prepared.adapter
     started = manifest.now()
     device = device or _device(cfg)
+    if prepared.precision is None:
+        raise BertPipelineError("train() needs the precision resolved for its device: prepare(cfg, inputs, device)")
     _seed_everything(cfg.seed)
     train_arrays = adapter.train_arrays()
     if cfg.max_train_examples:
@@ -284,10 +292,15 @@ def train(cfg: FinetuneConfig, tracker: Tracker, prepared: Prepared,
     total_steps = steps_per_epoch * cfg.epochs
     optimizer = build_optimizer(model, cfg.optimizer_name(), cfg.lr, cfg.weight_decay, cfg.adam_eps)
     scheduler = build_scheduler(optimizer, total_steps, cfg.warmup_ratio)
-    precision = Precision(cfg.dtype, device)
+    precision = Precision(prepared.precision.dtype, device)
+    # Dev predictions (the scored metrics, the check examples promotion compares the served model with) run in
+    # float32: the model is saved and served in float32.
+    scoring = Precision("float32", device)
     tracker.set_tags(standard_tags(prepared.inputs.get(prepared.train_input)))
-    tracker.log_params({**{k: v for k, v in cfg.result_config().items() if v is not None}, "world_size": world})
+    tracker.log_params({**{k: v for k, v in cfg.result_config().items() if v is not None}, "world_size": world,
+                        "precision": prepared.precision.dtype, "precision_reason": prepared.precision.reason})
     if rank == 0:
+        log.info("%s", prepared.precision.describe())
         log.info("fine-tuning %s on %d training rows (%d updates over %d epochs, %d worker(s)) from %s",
                  task.name, n_train, total_steps, cfg.epochs, world, prepared.model_dir)
     history: list[dict[str, float]] = []
@@ -314,7 +327,7 @@ def train(cfg: FinetuneConfig, tracker: Tracker, prepared: Prepared,
             epoch_metrics = {"train_loss": loss_sum / max(1, len(bar))}
             epoch_dir = scratch / f"epoch-{epoch + 1}"
             epoch_dir.mkdir()
-            dev_metrics = evaluate_sets(adapter, model, eval_sets, cfg, precision, device, epoch_dir, task)
+            dev_metrics = evaluate_sets(adapter, model, eval_sets, cfg, scoring, device, epoch_dir, task)
             epoch_metrics.update(dev_metrics)
             history.append({"epoch": epoch + 1, **epoch_metrics})
             tracker.log_metrics(epoch_metrics, step=epoch + 1)
@@ -400,7 +413,8 @@ def _write_output(cfg: FinetuneConfig, model, prepared: Prepared, best, history,
         files += predictions + ["metrics.json"]
         result = manifest.build("finetune", cfg.result_config(), prepared.inputs, tmp, files, started,
                                 metrics=best_metrics, extra={"task": task.name, "best_epoch": epoch,
-                                                             "world_size": world, "mlflow_run_id": tracker.run_id})
+                                                             "world_size": world, "mlflow_run_id": tracker.run_id,
+                                                             "precision": prepared.precision.as_dict()})
         manifest.write(result, tmp)
         tracker.log_metrics({f"best/{k}": v for k, v in best_metrics.items()}, step=epoch)
         for name in predictions:
@@ -425,7 +439,8 @@ def _plan(cfg: FinetuneConfig) -> Plan:
 
 
 def _work(cfg: FinetuneConfig, plan: Plan, tracker: Tracker, worker: Worker) -> dict[str, Any]:
-    return train(cfg, tracker, prepare(cfg, inputs=plan.inputs), device=worker.device)
+    device = worker.device or _device(cfg)
+    return train(cfg, tracker, prepare(cfg, inputs=plan.inputs, device=device), device=device)
 
 
 def _experiment(cfg: FinetuneConfig) -> str:

@@ -137,11 +137,34 @@ class BertSelfAttention(nn.Module):
             return layout.pad(projection(x)).view(layout.batch, layout.seq, self.num_heads,
                                                   self.head_dim).transpose(1, 2)
 
+        if torch.is_autocast_enabled(x.device.type) and x.dtype == torch.float32:
+            # Autocast would cast the (float32 residual) input once per projection; once is enough.
+            x = x.to(torch.get_autocast_dtype(x.device.type))
+
         q, k, v = heads(self.query), heads(self.key), heads(self.value)
-        context = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=layout.key_mask, dropout_p=self.dropout_p if self.training else 0.0
-        )  # [B, heads, T, head_dim]
-        return layout.pack(context.transpose(1, 2))
+        dropout_p = self.dropout_p if self.training else 0.0
+        if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
+            context = _explicit_attention(q, k, v, layout.key_mask, dropout_p)
+        else:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.key_mask, dropout_p=dropout_p)
+        return layout.pack(context.transpose(1, 2))  # context: [B, heads, T, head_dim]
+
+
+def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, dropout_p: float) -> Tensor:
+    """softmax(q k^T / sqrt(d)) v with dropout on the probabilities, as three plain ops, for reduced-precision
+    inputs on CPU. torch's CPU SDPA kernels are slow there: with dropout it falls back to its math path, which
+    upcasts q, k, v to float32, and its flash kernel is no faster; these ops run the two products as
+    bfloat16 matmuls (float32 accumulation) and are 1.7x faster with dropout, 2.7-3.4x without (BERT-base and
+    small-BERT shapes, docs/benchmarks-pretrain.md). The softmax accumulates in float32 (torch's CPU softmax
+    kernel does for bfloat16 input); the probabilities are rounded to bfloat16 for the second product, as in
+    flash attention."""
+    scores = torch.matmul(q * (q.shape[-1] ** -0.5), k.transpose(-1, -2))
+    if key_mask is not None:
+        scores = scores.masked_fill(~key_mask, float("-inf"))
+    probs = scores.softmax(-1)
+    if dropout_p > 0:
+        probs = F.dropout(probs, dropout_p)
+    return torch.matmul(probs, v)
 
 
 class BertResidualOutput(nn.Module):
@@ -330,7 +353,10 @@ class BertPredictionHeadTransform(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.LayerNorm(self.act(self.dense(x)))
+        # Under autocast the dense output is bfloat16/float16; the LayerNorm's statistics are taken in the
+        # weights' precision, float32 (as every other LayerNorm's here, whose input is the float32 residual
+        # stream). A no-op without autocast.
+        return self.LayerNorm(self.act(self.dense(x)).to(self.LayerNorm.weight.dtype))
 
 
 class BertLMPredictionHead(nn.Module):

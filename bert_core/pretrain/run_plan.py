@@ -1,16 +1,18 @@
 """What one pretraining run reads and writes, resolved once where the run starts and handed down.
 
 `plan_run(config)` checks the flags, finds the shards (an s3:// spec is fetched into the local cache), reads
-their manifests, resolves the starting weights and the architecture, and says where the output and the
-checkpoints go. The step's helpers take the `RunPlan` instead of re-resolving the same URIs from the config.
-It is made once per process that runs the step: the launcher's check on the driver, and each worker (a
-worker on another node needs its own local copies of s3 inputs).
+their manifests, resolves the starting weights and the architecture, says where the output and the
+checkpoints go, and, given the device the run computes on, resolves its precision (`--dtype auto`: the
+device's, agreed by all workers; bert_core.train.precision). The step's helpers take the `RunPlan` instead of
+re-resolving the same URIs from the config. It is made once per process that runs the step: the launcher's
+check on the driver, and each worker (a worker on another node needs its own local copies of s3 inputs).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bert_core.errors import BertPipelineError
 from bert_core.io import storage
@@ -19,6 +21,11 @@ from bert_core.model.config import BertConfig
 from bert_core.model.weights import find_model_files, resolve_model_dir
 from bert_core.pretrain.config import PretrainConfig
 from bert_core.pretrain.stream import ShardSet, check_vocab
+from bert_core.train import dist
+from bert_core.train.precision import PrecisionChoice, agreed, resolve_precision
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,9 @@ class RunPlan:
     output: str  # the model directory to create, local or s3://
     output_local: Path | None  # its local path (None for s3://)
     checkpoint_root: str
+    # The compute precision, resolved for the device the steps run on; None in a driver's check (plan_run
+    # without a device), which runs no step.
+    precision: PrecisionChoice | None = None
 
     def shard_sets(self) -> list[ShardSet]:
         return [self.shards] + ([self.eval_shards] if self.eval_shards is not None else [])
@@ -53,7 +63,9 @@ def model_config_from(spec: str) -> BertConfig:
     return zoo.architecture_config(spec)
 
 
-def plan_run(config: PretrainConfig) -> RunPlan:
+def plan_run(config: PretrainConfig, device: torch.device | str | None = None) -> RunPlan:
+    """The run's plan; with the `device` its steps run on (every worker gives its own), also its precision.
+    All workers must call it with a device together: they agree on one precision."""
     config.validate()
     pretrained_dir = pretrained_weights = None
     if config.pretrained:
@@ -67,4 +79,6 @@ def plan_run(config: PretrainConfig) -> RunPlan:
                    model_config=model_config, pretrained_dir=pretrained_dir, pretrained_weights=pretrained_weights,
                    output=config.output,
                    output_local=None if storage.is_s3(config.output) else storage.local_path(config.output),
-                   checkpoint_root=config.checkpoint_root())
+                   checkpoint_root=config.checkpoint_root(),
+                   precision=None if device is None else agreed(dist.all_gather_objects(
+                       resolve_precision(config.dtype, device))))

@@ -99,6 +99,30 @@ NUM_STATS = 7
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask", "masked_lm_positions")
 
 
+# Rows x vocabulary elements per chunk of the masked-LM loss (8 MB in float32).
+LOSS_CHUNK_ELEMENTS = 1 << 21
+
+
+def masked_lm_losses(logits: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cross-entropy of every row of [N, V] `logits` (any precision) against `ids`, in float32; each row's
+    predicted id: the first maximum, as argmax).
+
+    A few rows at a time: each chunk's float32 copy and log-softmax stay a few MB, and the prediction is read from
+    the copy while it is in cache. One [N, V] float32 tensor (39 MB for 320 predictions over BERT's 30,522 words)
+    is above glibc's largest mmap threshold (32 MB), so it would be a fresh mapping, page-faulted in, on every
+    step: on a 2-core VM that cost more than the decoder's matmul (docs/benchmarks-pretrain.md)."""
+    rows = max(1, LOSS_CHUNK_ELEMENTS // logits.shape[-1])
+    losses, predicted = [], []
+    for chunk, chunk_ids in zip(logits.split(rows), ids.split(rows)):
+        chunk = chunk.float()
+        losses.append(F.cross_entropy(chunk, chunk_ids, reduction="none"))
+        with torch.no_grad():  # max's indices are argmax's, at a third of argmax's time on CPU
+            predicted.append(chunk.max(-1).indices)
+    if len(losses) == 1:
+        return losses[0], predicted[0]
+    return torch.cat(losses), torch.cat(predicted)
+
+
 def forward_sums(model: torch.nn.Module, batch: dict[str, torch.Tensor],
                  precision: Precision) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(MLM loss sum weighted by masked_lm_weights, NSP loss sum, detached statistics vector)."""
@@ -106,16 +130,17 @@ def forward_sums(model: torch.nn.Module, batch: dict[str, torch.Tensor],
         return _empty_share(model, batch, precision)
     with precision.autocast():
         out = model(**{k: batch[k] for k in MODEL_INPUTS})
-    logits = out.prediction_logits.float()  # [B, P, V]: the decoder ran only at the masked positions
-    ids, weights = batch["masked_lm_ids"], batch["masked_lm_weights"]
-    per_token = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids.reshape(-1), reduction="none")
-    mlm = (per_token * weights.reshape(-1)).sum()
+    # [B * P, V] in the compute precision: the decoder ran only at the masked positions.
+    logits = out.prediction_logits.reshape(-1, out.prediction_logits.shape[-1])
+    ids, weights = batch["masked_lm_ids"].reshape(-1), batch["masked_lm_weights"].reshape(-1)
+    per_token, predicted = masked_lm_losses(logits, ids)
+    mlm = (per_token * weights).sum()
     nsp_logits = out.seq_relationship_logits.float()
     labels = batch["next_sentence_labels"]
     nsp = F.cross_entropy(nsp_logits, labels, reduction="sum")
     with torch.no_grad():
         stats = torch.stack([
-            mlm.detach(), weights.sum(), ((logits.argmax(-1) == ids).float() * weights).sum(),
+            mlm.detach(), weights.sum(), ((predicted == ids).float() * weights).sum(),
             nsp.detach(), torch.tensor(float(len(labels)), device=nsp.device),
             (nsp_logits.argmax(-1) == labels).float().sum(),
             batch["attention_mask"].sum().float(),
@@ -301,8 +326,8 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
             raise BertPipelineError("--use-gpu: no CUDA device is visible")
         device = torch.device("cuda", torch.cuda.current_device()) if config.use_gpu else torch.device("cpu")
 
-    # Inputs, output, checkpoints and the model, resolved once; the helpers below take this plan.
-    run = plan_run(config)
+    # Inputs, output, checkpoints, the model and the precision, resolved once; the helpers below take this plan.
+    run = plan_run(config, device)
     shards, eval_shards = run.shards, run.eval_shards
 
     # Rank 0 hashes the inputs (possibly a full read of the shards) and decides for everyone.
@@ -341,7 +366,12 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
             log.warning("%s", caution)
     optimizer = build_optimizer(model, recipe.optimizer, recipe.lr, config.weight_decay, config.adam_eps)
     scheduler = build_scheduler(optimizer, total_steps, recipe.warmup_ratio)
-    precision = Precision(config.dtype, device)
+    precision = Precision(run.precision.dtype, device)
+    # Scored evaluations (held-out metrics, the manifest's, the promotion gate's) run in float32: the model's
+    # weights are float32, and that is how it is saved, fine-tuned and served.
+    scoring = Precision("float32", device)
+    if rank == 0:
+        log.info("%s", run.precision.describe())
     seed_seq = np.random.SeedSequence([config.seed, rank])
     torch.manual_seed(int(seed_seq.generate_state(1)[0]))
     np.random.seed(seed_seq.generate_state(1)[0])
@@ -359,7 +389,8 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     params = {**config.result_config(), "model_config": model_config.to_hf_dict(), "total_steps": total_steps,
               "global_batch_size": config.batch_size * config.accumulate,
               "optimizer": recipe.optimizer, "lr": recipe.lr, "warmup_ratio": recipe.warmup_ratio,
-              "recipe_chosen_by_rule": ",".join(recipe.chosen) or "none"}
+              "recipe_chosen_by_rule": ",".join(recipe.chosen) or "none",
+              "precision": run.precision.dtype, "precision_reason": run.precision.reason}
     if resumed_from is None:
         # The starting world size; a restarted group may have another (MLflow params cannot change: the
         # launcher records each resize as the metric world_size and a tag).
@@ -408,7 +439,7 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
             heldout = None
             if eval_shards and step < total_steps and (
                     watch.due(step) or (config.eval_interval and step % config.eval_interval == 0)):
-                heldout = _evaluate(config, model, eval_shards, precision, device, rank, world)
+                heldout = _evaluate(config, model, eval_shards, scoring, device, rank, world)
                 tracker.log_metrics({f"eval_{k}": v for k, v in heldout.items()}, step)
             if watch.due(step) and step < total_steps:
                 _watch_check(watch, step, tracker, heldout)
@@ -441,7 +472,7 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     finally:
         bar.close()
 
-    final = _evaluate(config, model, eval_shards or shards, precision, device, rank, world,
+    final = _evaluate(config, model, eval_shards or shards, scoring, device, rank, world,
                       train_fallback=eval_shards is None)
     final.update({"mlm_accuracy_chance": watch.baseline.mlm, "nsp_accuracy_chance": watch.baseline.nsp,
                   "mlm_accuracy_over_chance": final["mlm_accuracy"] - watch.baseline.mlm})
@@ -456,6 +487,7 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
                          "metrics_on": "data_eval" if eval_shards else "training data"},
             "launch": config.launch_config(),
             "recipe": recipe.as_dict(),
+            "precision": run.precision.as_dict(),
             "learning_check": verdict.as_dict(),
             "mlflow_run_id": tracker.run_id,
         })

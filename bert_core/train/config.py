@@ -12,7 +12,9 @@ from bert_core.options import Form, option
 
 OPTIMIZERS = ("adamw", "bertadam", "lamb")
 OPTIMIZER_ALIASES = {"adam": "adamw"}  # fine-tuning's flag said `adam` for AdamW; still accepted
-DTYPES = ("float32", "float16", "bfloat16")
+# `auto` is resolved once per run, for its device (bert_core.train.precision.resolve_precision).
+COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
+DTYPES = ("auto", *COMPUTE_DTYPES)
 
 OPTIMIZATION = "optimization"
 RAY = "distributed (Ray Train)"
@@ -37,8 +39,13 @@ class OptimizerConfig:
                                   section=Form.OPTIMIZATION)
     accumulate: int = option(1, "micro-batches per optimizer step (gradient accumulation)",
                              group=OPTIMIZATION, section=Form.OPTIMIZATION)
-    dtype: str = option("float32", "compute precision: float16 uses dynamic loss scaling; weights stay float32",
-                        group=OPTIMIZATION, section=Form.SCALE, choices=DTYPES)
+    dtype: str = option(
+        "auto", "compute precision (autocast). auto: bfloat16 where the device computes it natively (a CUDA GPU of "
+        "compute capability 8.0 or more; a CPU with AVX512-BF16 or AMX-BF16), float16 with dynamic loss scaling on "
+        "older CUDA GPUs (7.x), float32 otherwise; the run's log, manifest and MLflow params say which was chosen "
+        "and why. Weights, optimizer state, losses, softmax and LayerNorm statistics stay float32, and scored "
+        "evaluations run in float32, the precision the model is saved and served in",
+        group=OPTIMIZATION, section=Form.SCALE, choices=DTYPES)
 
     def optimizer_name(self) -> str | None:
         """The optimizer's canonical name (`adam` -> `adamw`); None: the step's default."""

@@ -134,36 +134,51 @@ def test_pretrain_convergence(tmp_path):
     from tests.corpus_text import documents, write_raw
 
     corpus = write_raw(tmp_path / "corpus.txt", documents(60, seed=4, min_sentences=3))
-    result = run_bench("pretrain_convergence", "--corpus", str(corpus), "--vocab", str(VOCAB), "--work-dir",
-                       str(tmp_path / "work"), "--configs", "bert_2_64_2:4", "--max-seq-length", "32", "--max-predictions",
-                       "5", "--dupe-factor", "1", "--holdout-fraction", "0.3", "--eval-every", "2", "--eval-batches",
-                       "2", "--batch-size", "4", "--peer-lrs", "1e-3", "--our-lr-factors", "2",
-                       "--ours-step-factors", "2", out=tmp_path / "conv.json")
+    common = ["--corpus", str(corpus), "--vocab", str(VOCAB), "--work-dir", str(tmp_path / "work"), "--configs",
+              "bert_2_64_2:4", "--max-seq-length", "32", "--max-predictions", "5", "--dupe-factor", "1",
+              "--holdout-fraction", "0.3", "--eval-every", "2", "--eval-batches", "2", "--batch-size", "4",
+              "--peer-lrs", "1e-3", "3e-3", "--seeds", "0", "1", "--our-dtypes", "float32", "--threads", "1"]
+    result = run_bench("pretrain_convergence", *common, "--our-lr-factors", "2", "--ours-step-factors", "2",
+                       out=tmp_path / "conv.json")
     entry = result["models"]["bert_2_64_2"]
-    ours, (peer,), (sweep,), (longer,) = entry["ours"], entry["peer"], entry["ours_lr_sweep"], entry["ours_longer"]
-    # Ours also evaluates at the learning watch's check points (25% and 50% of the steps).
-    assert [p["step"] for p in longer["curve"]] == [2, 4, 6, 8] and longer["lr_given"] is None
-    assert ours["lr_given"] is None and ours["optimizer"] == "adamw"  # ours runs on its defaults
-    assert sweep["lr"] == pytest.approx(2 * ours["lr"])
-    assert [p["step"] for p in peer["curve"]] == [2, 4]
-    for run in (ours, peer, sweep):
+    ours, fp32, grid, seeds, (sweep,) = (entry[k] for k in ("ours", "ours_float32", "peer", "peer_seeds",
+                                                            "ours_lr_sweep"))
+    assert [r["seed"] for r in ours] == [r["seed"] for r in fp32] == [0, 1]
+    # ours on its defaults: precision auto (what this machine resolves it to), optimizer and lr by the rule
+    from bert_core.train.precision import resolve_precision
+
+    auto = resolve_precision("auto", "cpu").dtype
+    assert {(r["dtype"], r["precision"], r["lr_given"], r["optimizer"]) for r in ours} == {("auto", auto, None, "adamw")}
+    assert {r["precision"] for r in fp32} == {"float32"} and sweep["lr"] == pytest.approx(2 * ours[0]["lr"])
+    assert [(r["lr"], r["seed"], r["precision"]) for r in grid] == [(1e-3, 0, auto), (3e-3, 0, auto)]
+    best = max(grid, key=lambda r: r["final"]["mlm_accuracy"])
+    assert [(r["lr"], r["seed"]) for r in seeds] == [(best["lr"], 1)]
+    for run in (*ours, *fp32, *grid, *seeds, sweep):
+        # Ours also evaluates at the learning watch's check points (25% and 50% of the steps).
         assert [p["step"] for p in run["curve"]] in ([2, 4], [1, 2, 4])
-        assert all(0 <= p["mlm_accuracy"] <= 1 and p["seconds"] >= 0 for p in run["curve"])
-        assert run["curve"][1]["seconds"] >= run["curve"][0]["seconds"]
+        assert all(0 <= p["mlm_accuracy"] <= 1 and p["seconds"] >= 0 and p["cpu_seconds"] >= 0 and p["load"] >= 0
+                   for p in run["curve"])
+        assert run["curve"][-1]["seconds"] >= run["curve"][0]["seconds"]
     cmp = entry["comparison"]
-    assert cmp["peer_final_mlm_accuracy"] == peer["final"]["mlm_accuracy"]
-    if cmp["ours_seconds_to_peer_final"]:
-        assert cmp["time_to_accuracy_ratio"] == pytest.approx(peer["train_seconds"] / cmp["ours_seconds_to_peer_final"])
-        assert cmp["ours_run_reaching_it_steps"] in (4, 8)
+    assert cmp["peer_best_lr"] == best["lr"] and cmp["peer_seeds"] == [0, 1]
+    assert cmp["peer_final_mlm_accuracy"] == pytest.approx((best["final"]["mlm_accuracy"]
+                                                            + seeds[0]["final"]["mlm_accuracy"]) / 2)
+    for clock, suffix in (("seconds", ""), ("cpu_seconds", "_cpu")):
+        if cmp[f"ours_{clock}_to_peer_final"]:
+            assert cmp[f"time_to_accuracy_ratio{suffix}"] == pytest.approx(
+                cmp[f"peer_train_{clock}"] / cmp[f"ours_{clock}_to_peer_final"])
+    # A longer run of ours only for a seed whose equal-steps run did not reach the peer's accuracy.
+    missed = {r["seed"] for r in ours if time_to_reach(r["curve"], cmp["peer_final_mlm_accuracy"]) is None}
+    assert {r["seed"] for r in entry["ours_longer"]} == missed
+    assert all(r["curve"][-1]["step"] == 8 for r in entry["ours_longer"])
+    assert set(entry["equal_steps"]) == {"ours", "ours_float32", "peer_best"}
+    assert entry["equal_steps"]["ours"]["4"]["n"] == 2
     assert (tmp_path / "conv.png").stat().st_size > 0
     # --reuse takes finished runs from an earlier result instead of training them again.
-    again = run_bench("pretrain_convergence", "--corpus", str(corpus), "--vocab", str(VOCAB), "--work-dir",
-                      str(tmp_path / "work"), "--configs", "bert_2_64_2:4", "--max-seq-length", "32", "--max-predictions",
-                      "5", "--dupe-factor", "1", "--holdout-fraction", "0.3", "--eval-every", "2", "--eval-batches",
-                      "2", "--batch-size", "4", "--peer-lrs", "1e-3", "--reuse", str(tmp_path / "conv.json"),
+    again = run_bench("pretrain_convergence", *common, "--reuse", str(tmp_path / "conv.json"),
                       out=tmp_path / "again.json")
-    assert again["models"]["bert_2_64_2"]["peer"] == entry["peer"]
-    assert again["models"]["bert_2_64_2"]["ours"] == entry["ours"]
+    for key in ("ours", "ours_float32", "peer", "peer_seeds"):
+        assert again["models"]["bert_2_64_2"][key] == entry[key]
 
 
 def test_time_to_reach_interpolates():

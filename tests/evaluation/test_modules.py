@@ -91,3 +91,31 @@ def test_measure_throughput_in_process_gives_back_the_thread_count():
                                             "infer --batch-size 2 --max-seq-length 16 --steps 1 --warmup 0 --dtype float32 "
                                             f"--device cpu --threads {before + 1}")
     assert lines[0].startswith("| config | mode |") and lines[2].startswith("| bert_2_64_2 | infer |")
+
+
+def test_pretrain_throughput_in_process_profiles_and_counts_flops():
+    """What the nightly calls: the thread count given back; the FLOP ratio from the batches (the peer's decoder runs
+    at every position, ours at the masked ones); a profile splitting each step into the model's parts."""
+    import torch
+
+    from evaluation.pretrain_throughput import measure_pretrain_throughput
+    from evaluation.settings import PretrainThroughputRun
+    from evaluation.step_profile import PARTS, render
+
+    before = torch.get_num_threads()
+    lines: list[str] = []
+    run = PretrainThroughputRun(configs=("bert_2_64_2",), batch_size=2, max_seq_length=16, max_predictions=3,
+                                steps=1, warmup=1, dtype="float32", threads=before + 1)
+    report = measure_pretrain_throughput(run, device="cpu", profile=1, log=lines.append)
+    assert torch.get_num_threads() == before and report["machine"]["threads"] == before + 1
+    (row,) = report["rows"]
+    assert (row["dtype"], row["dtype_reason"]) == ("float32", "given")
+    assert row["flop_ratio_transformers_over_ours"] == pytest.approx(
+        row["transformers_step_flops"] / row["ours_step_flops"], rel=0.01)
+    assert row["flop_ratio_transformers_over_ours"] > 1
+    for system in ("ours", "transformers"):
+        table = row["profile"][system]
+        assert set(table) == {*PARTS, "other", "total"} and table["total"]["forward"] > 0
+        assert table["attention"]["forward"] > 0 and table["attention"]["backward"] > 0
+        assert table["optimizer"]["forward"] > 0 and table["loss"]["forward"] > 0
+    assert "| attention |" in render(row["profile"]) and any(line.startswith("| feed-forward |") for line in lines)

@@ -26,6 +26,19 @@ def test_drops_within_tolerance_pass_and_beyond_fail():
         ["throughput/minilm/train"].regressed
 
 
+def test_time_to_accuracy_has_its_own_tolerance():
+    reference = {"time_to_accuracy/bert_2_128_2": 3.0, "throughput/pretrain_step/bert_12_768_12": 1.5}
+    tolerances = Tolerances(throughput=0.2, time_to_accuracy=0.3)
+    found = _by_key(compare({"time_to_accuracy/bert_2_128_2": 2.2,  # -0.8 < 30% of 3.0 (0.9)
+                             "throughput/pretrain_step/bert_12_768_12": 1.1}, reference, tolerances))  # -0.4 > 0.3
+    assert not found["time_to_accuracy/bert_2_128_2"].regressed
+    assert math.isclose(found["time_to_accuracy/bert_2_128_2"].allowed_drop, 0.9)
+    assert found["throughput/pretrain_step/bert_12_768_12"].regressed
+    # Ours never reaching the peer's accuracy is a ratio of 0: a regression against any night that got there.
+    assert _by_key(compare({"time_to_accuracy/bert_2_128_2": 0.0}, reference, tolerances))[
+        "time_to_accuracy/bert_2_128_2"].regressed
+
+
 def test_improvements_never_regress_and_loss_is_lower_is_better():
     found = _by_key(compare({"m/accuracy": 0.99, "m/loss": 2.5}, {"m/accuracy": 0.5, "m/loss": 2.0}, TOL))
     assert not found["m/accuracy"].regressed

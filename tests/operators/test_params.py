@@ -16,7 +16,10 @@ PRETRAIN = ("model", "pretrained", "num_steps", "batch_size", "optimizer", "lr",
 
 def test_params_carry_the_fields_default_type_choices_and_help():
     params = config_params(PretrainConfig, ["dtype", "lr", "optimizer", "use_gpu", "batch_size"], {"batch_size": 64})
-    assert params["dtype"].value == "float32" and params["dtype"].schema["enum"] == ["float32", "float16", "bfloat16"]
+    # The DAGs' precision default is the config field's: auto, resolved by the run for its device.
+    assert params["dtype"].value == "auto" and params["dtype"].schema["enum"] == ["auto", "float32", "float16",
+                                                                                  "bfloat16"]
+    assert "auto: bfloat16 where the device computes it natively" in params["dtype"].description
     assert params["lr"].value is None and params["lr"].schema["type"] == ["number", "null"]
     assert "peak learning rate" in params["lr"].description.lower()
     assert params["use_gpu"].schema["type"] == "boolean"

@@ -196,7 +196,8 @@ def test_nightly_dag_is_scheduled_daily_and_maps_over_models(dagbag):
     assert dag.schedule == "@daily" and dag.timetable.expression == "0 0 * * *" and not dag.catchup
     assert _edges(dag) == {("work_dir", "evaluate"), ("plan", "evaluate"), ("work_dir", "throughput"),
                            ("work_dir", "compare_and_report"), ("evaluate", "compare_and_report"),
-                           ("throughput", "compare_and_report")}
+                           ("throughput", "compare_and_report"), ("work_dir", "pretrain_speed"),
+                           ("pretrain_speed", "compare_and_report")}
     assert {t.task_id for t in dag.tasks if t.is_mapped} == {"evaluate"}
     assert dag.get_task("compare_and_report").trigger_rule == "none_failed"
     # The defaults are evaluation.settings.NIGHTLY's (the one copy; operators.nightly uses it too).
@@ -208,6 +209,12 @@ def test_nightly_dag_is_scheduled_daily_and_maps_over_models(dagbag):
             dag.params["throughput_max_seq_length"]) == (list(NIGHTLY.throughput.configs), NIGHTLY.throughput.steps,
                                                          NIGHTLY.throughput.batch_size,
                                                          NIGHTLY.throughput.max_seq_length)
+    assert dag.params["time_to_accuracy_tolerance"] == NIGHTLY.tolerances.time_to_accuracy
+    assert (dag.params["pretrain_step_configs"], dag.params["pretrain_step_max_predictions"]) == (
+        list(NIGHTLY.pretrain_throughput.configs), NIGHTLY.pretrain_throughput.max_predictions) == (
+        ["bert_12_768_12"], 20)
+    assert (dag.params["convergence_config"], dag.params["convergence_steps"], dag.params["convergence_peer_lrs"]) == (
+        NIGHTLY.convergence.config, NIGHTLY.convergence.steps, list(NIGHTLY.convergence.peer_lrs))
 
 
 def test_nightly_throughput_reads_the_former_name_of_its_length(dagbag, caplog, monkeypatch):

@@ -16,8 +16,14 @@ from tests.airflow_home import migrated_home
 
 pytestmark = pytest.mark.slow
 
+# Speed is reported, never asserted in tests: tolerances of 100% (a ratio can only fall to 0).
 CONF = {"throughput_configs": ["bert_6_384_12"], "throughput_steps": 1, "throughput_batch_size": 2,
-        "throughput_max_seq_length": 16, "throughput_tolerance": 1.0}  # speed is reported, never asserted in tests
+        "throughput_max_seq_length": 16, "throughput_tolerance": 1.0, "time_to_accuracy_tolerance": 1.0,
+        "pretrain_step_configs": ["bert_2_64_2"], "pretrain_step_steps": 1, "pretrain_step_batch_size": 2,
+        "pretrain_step_max_seq_length": 16, "pretrain_step_max_predictions": 3,
+        "convergence_config": "bert_2_64_2", "convergence_steps": 4, "convergence_batch_size": 4,
+        "convergence_max_seq_length": 32, "convergence_max_predictions": 5, "convergence_dupe_factor": 1,
+        "convergence_eval_every": 2, "convergence_eval_batches": 2, "convergence_peer_lrs": [3e-3]}
 
 
 @pytest.fixture()
@@ -44,7 +50,7 @@ def _nightly_runs():
     return client, client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
 
 
-def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, minilm_dir, monkeypatch):
+def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, minilm_dir, monkeypatch, request):
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -60,8 +66,10 @@ def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, mi
     assert champion["promoted"]
 
     # The night downloads each registered version it evaluates: into a temporary copy, removed afterwards.
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
+    # Short: the time-to-accuracy runs' make-shards starts a multiprocessing forkserver whose socket lives under
+    # TMPDIR, and a Unix socket path may not exceed 107 bytes (pytest's tmp_path alone is ~80).
+    scratch = Path(tempfile.mkdtemp(prefix="bn-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
     monkeypatch.setenv("TMPDIR", str(scratch))
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     run = _night({**CONF, "work_dir": str(tmp_path / "night1")})
@@ -73,6 +81,13 @@ def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, mi
     recorded = manifest.read(tmp_path / "ft")["metrics"]
     assert runs[0].data.metrics["bert-sst-2/accuracy"] == pytest.approx(recorded["accuracy"], abs=1e-12)
     assert runs[0].data.metrics["throughput/bert_6_384_12/train"] > 0
+    # The pretraining speed figures: the step ratio, and the time-to-accuracy ratio (0 if ours never got there),
+    # with their reports.
+    assert runs[0].data.metrics["throughput/pretrain_step/bert_2_64_2"] > 0
+    assert runs[0].data.metrics["time_to_accuracy/bert_2_64_2"] >= 0
+    convergence = json.loads((tmp_path / "night1" / "pretrain_convergence.json").read_text())
+    assert convergence["settings"]["steps"] == 4 and [r["lr"] for r in convergence["peer"]] == [3e-3]
+    assert (tmp_path / "night1" / "pretrain_throughput.json").is_file()
     report = (tmp_path / "night1" / "report" / "report.md").read_text()
     assert "**PASSED**" in report and "first reference" in report
     assert (tmp_path / "night1" / "report" / "plots" / "bert-sst-2.png").stat().st_size > 1000
@@ -98,6 +113,12 @@ def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, mi
     results = json.loads((tmp_path / "night2" / "report" / "results.json").read_text())
     regressed = {f["key"] for f in results["findings"] if f["regressed"]}
     assert regressed == {"bert-sst-2/accuracy"}  # the candidate; the champion matched the last good night
+    # The speed figures were compared with the last good night's, with their tolerances.
+    compared = {f["key"]: f for f in results["findings"]}
+    assert compared["time_to_accuracy/bert_2_64_2"]["allowed_drop"] == pytest.approx(
+        runs[0].data.metrics["time_to_accuracy/bert_2_64_2"])
+    assert compared["throughput/pretrain_step/bert_2_64_2"]["reference"] == pytest.approx(
+        runs[0].data.metrics["throughput/pretrain_step/bert_2_64_2"])
     assert results["candidates"]["bert-sst-2"]["version"] == candidate
     assert results["last_good_run"] == runs[0].info.run_id
     report = (tmp_path / "night2" / "report" / "report.md").read_text()

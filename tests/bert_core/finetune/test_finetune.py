@@ -169,7 +169,7 @@ def test_ner_micro_batches_are_weighted_by_labelled_tokens(tiny_bert, tmp_path):
     same update: NER's loss averages over labelled word pieces, which differ between the halves."""
     data = toy_tasks.write_ner(tmp_path / "ner", n_train=16, n_dev=6)
     base = dict(task="ner", data_dir=str(data), model=str(tiny_bert), epochs=1, lr=1e-3, max_seq_length=24,
-                tracking=False)
+                tracking=False, dtype="float32")  # two runs compared number by number: float32, on any CPU
     whole = finetune(FinetuneConfig(**base, output=str(tmp_path / "whole"), batch_size=8))
     split = finetune(FinetuneConfig(**base, output=str(tmp_path / "split"), batch_size=4, accumulate=2))
     losses = [json.loads((tmp_path / name / "metrics.json").read_text())["epochs"][0]["train_loss"]
@@ -216,6 +216,13 @@ def test_mlflow_run_holds_params_epoch_metrics_and_prediction_files(tiny_bert, t
     assert run.info.run_id == glue_result["mlflow_run_id"] and run.info.status == "FINISHED"
     assert run.data.params["lr"] == "0.001" and run.data.params["epochs"] == "2"
     assert run.data.params["world_size"] == "1"
+    # The default precision, resolved for this machine, and why: in the params and the manifest.
+    from bert_core.train.precision import resolve_precision
+
+    auto = resolve_precision("auto", "cpu")
+    assert (run.data.params["dtype"], run.data.params["precision"]) == ("auto", auto.dtype)
+    assert run.data.params["precision_reason"] == auto.reason
+    assert glue_result["precision"] == {"dtype": auto.dtype, "requested": "auto", "reason": auto.reason}
     assert run.data.tags["data_sha256"] == sha256_file(sst2 / "train.tsv") and "git_sha" in run.data.tags
     epochs = json.loads((out / "metrics.json").read_text())["epochs"]
     for key in ("train_loss", "accuracy"):

@@ -42,7 +42,8 @@ def test_two_workers_equal_one_worker(ray_session, tmp_path, monkeypatch):
     write_tiny_bert(tmp_path / "tiny")  # dropout off: both runs compute the same thing
     # 21 rows in batches of 5: the last batch has 1 row, so one worker has no rows of it.
     toy_tasks.write_stsb(tmp_path / "stsb", n_train=21, n_dev=10)
-    base = dict(task="sts-b", data_dir="stsb", model="tiny", epochs=2, batch_size=5, lr=1e-3, max_seq_length=32)
+    base = dict(task="sts-b", data_dir="stsb", model="tiny", epochs=2, batch_size=5, lr=1e-3, max_seq_length=32,
+                dtype="float32")  # compared across world sizes: float32, on any CPU
     one = finetune(FinetuneConfig(**base, output="one", tracking=False))
     two = run_step(FINETUNE, FinetuneConfig(**base, output="two", num_workers=2))
 

@@ -57,7 +57,8 @@ def s3_env():
             base = dict(data=f"s3://{BUCKET}/shards", output=f"s3://{BUCKET}/{name}/model", model=str(model),
                         batch_size=8, num_steps=STEPS, lr=1e-3, optimizer="adamw", log_interval=5, ckpt_interval=5,
                         progress=False, tracking=False, storage=f"s3://{BUCKET}/ray", num_workers="1:2",
-                        max_failures=1, eval_max_batches=2, placement_timeout=120.0)
+                        max_failures=1, eval_max_batches=2, placement_timeout=120.0,
+                        dtype="float32")  # weights compared across world sizes: float32, on any CPU
             return PretrainConfig(**{**base, **overrides})
 
         pretrain(make("reference", output=str(root / "reference"), num_workers=1, ckpt_interval=0, storage=None))

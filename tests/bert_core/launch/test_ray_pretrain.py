@@ -51,7 +51,8 @@ def setup(tmp_path_factory):
     def make(name: str, **overrides) -> PretrainConfig:
         base = dict(data=str(data), output=str(root / name), model=str(model), batch_size=16, num_steps=STEPS,
                     lr=1e-3, optimizer="adamw", log_interval=1, ckpt_interval=3, progress=False,
-                    storage=str(root / "ray_results"), tracking=False)
+                    storage=str(root / "ray_results"), tracking=False,
+                    dtype="float32")  # losses compared across world sizes: float32, on any CPU
         return PretrainConfig(**{**base, **overrides})
 
     reference = RecordingTracker()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 
 import pytest
 import torch
@@ -31,7 +32,8 @@ def cfg(data, tmp_path):
     def make(**overrides) -> PretrainConfig:
         base = dict(data=str(data), output=str(tmp_path / "out"), model=str(model), batch_size=16,
                     num_steps=6, lr=1e-3, optimizer="adamw", warmup_ratio=0.1, log_interval=1,
-                    ckpt_interval=0, progress=False, tracking=False)
+                    ckpt_interval=0, progress=False, tracking=False,
+                    dtype="float32")  # runs are compared number by number (accumulation, resume): float32 everywhere
         return PretrainConfig(**{**base, **overrides})
 
     return make
@@ -77,7 +79,7 @@ def test_a_run_resolves_its_inputs_and_model_once(cfg, tmp_path, monkeypatch):
     from bert_core.pretrain import run_plan
 
     pretrain(cfg(num_steps=2, output=str(tmp_path / "first")))
-    calls = {"shards": 0, "model_dir": 0, "plans": 0}
+    calls = {"shards": 0, "model_dir": 0, "plans": 0, "precision": 0}
 
     def counted(name, fn):
         def call(*args, **kwargs):
@@ -90,10 +92,12 @@ def test_a_run_resolves_its_inputs_and_model_once(cfg, tmp_path, monkeypatch):
     monkeypatch.setattr(run_plan, "resolve_model_dir", resolve)
     monkeypatch.setattr("bert_core.model.weights.resolve_model_dir", resolve)
     monkeypatch.setattr("bert_core.pretrain.step.plan_run", counted("plans", run_plan.plan_run))
+    monkeypatch.setattr(run_plan, "resolve_precision", counted("precision", run_plan.resolve_precision))
     config = cfg(num_steps=2, output=str(tmp_path / "continued"), model=None, pretrained=str(tmp_path / "first"),
                  data_eval=cfg().data)
     result = pretrain(config)
-    assert calls == {"shards": 2, "model_dir": 1, "plans": 1}  # data and data_eval; the starting weights
+    # data and data_eval; the starting weights; the precision
+    assert calls == {"shards": 2, "model_dir": 1, "plans": 1, "precision": 1}
     assert result["config"]["pretrained"] == str(tmp_path / "first")
 
 
@@ -214,17 +218,30 @@ def test_rerun_is_a_no_op_and_output_is_protected(cfg, tmp_path):
     assert pretrain(cfg(num_steps=3, overwrite=True))["config"]["num_steps"] == 3
 
 
-def test_eval_data_epochs_and_bf16(cfg, data, tmp_path):
+def test_eval_data_epochs_and_auto_precision(cfg, data, tmp_path, monkeypatch, caplog):
+    """--dtype auto on a CPU with AMX-BF16 (detection faked, so the test means the same on any machine) trains in
+    bfloat16 and says so: one log line, the manifest's `precision`, the MLflow params."""
+    monkeypatch.setattr("bert_core.train.precision._cpu_capabilities", lambda: {"avx512_bf16": False,
+                                                                                "amx_bf16": True})
     eval_dir = write_shards(tmp_path / "eval", num_shards=1, per_shard=20, seed=9)
     tracker = RecordingTracker()
-    result = pretrain(cfg(data_eval=str(eval_dir), epochs=2, num_steps=None, dtype="bfloat16", eval_interval=2,
-                          num_buckets=2), tracker)
+    with caplog.at_level(logging.INFO, logger="bert_core.pretrain.step"):
+        result = pretrain(cfg(data_eval=str(eval_dir), epochs=2, num_steps=None, dtype="auto", eval_interval=2,
+                              num_buckets=2), tracker)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("precision:")]
+    assert lines == ["precision: bfloat16 autocast (--dtype auto: this CPU computes bfloat16 natively (amx_bf16)); "
+                     "weights, optimizer state, losses, softmax sums and LayerNorm statistics stay float32"]
+    assert result["precision"] == {"dtype": "bfloat16", "requested": "auto",
+                                   "reason": "this CPU computes bfloat16 natively (amx_bf16)"}
+    assert result["config"]["dtype"] == "auto"
+    assert (tracker.params["precision"], tracker.params["dtype"]) == ("bfloat16", "auto")
+    assert tracker.params["precision_reason"] == result["precision"]["reason"]
     stream = PretrainStream(ShardSet(str(data)), StreamConfig(16, 0, num_buckets=2))
     assert result["training"]["total_steps"] == stream.batches_in_epoch(0) + stream.batches_in_epoch(1)
     assert result["training"]["metrics_on"] == "data_eval"
     assert {"loss", "mlm_accuracy", "nsp_accuracy"} <= set(result["metrics"])
     assert any("eval_mlm_accuracy" in m for _, m in tracker.metrics)
-    assert tracker.tags["data_sha256"] and tracker.params["dtype"] == "bfloat16"
+    assert tracker.tags["data_sha256"]
     assert str(data / "manifest.json") in tracker.artifacts
     assert tracker.models == [["config.json", "manifest.json", "model.safetensors"]]
 

@@ -81,7 +81,7 @@ def make(tmp_path_factory):
     def config(name: str, **overrides) -> PretrainConfig:
         base = dict(data=str(data), output=str(root / name), model=str(model), batch_size=8, num_steps=STEPS,
                     lr=1e-3, optimizer="adamw", log_interval=1, ckpt_interval=0, progress=False, tracking=False,
-                    eval_max_batches=2)
+                    eval_max_batches=2, dtype="float32")  # compared across world sizes: float32, on any CPU
         return PretrainConfig(**{**base, **overrides})
 
     return root, config
