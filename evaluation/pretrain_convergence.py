@@ -35,6 +35,7 @@ import dataclasses
 import json
 import logging
 import math
+import multiprocessing
 import os
 import platform
 import statistics
@@ -70,7 +71,12 @@ def prepare_data(corpus: str, vocab: str, work: Path, run: ConvergenceRun) -> tu
     texts = sorted(str(p) for p in segmented.iterdir() if p.name != "manifest.json")
     config = ShardConfig(max_seq_length=run.max_seq_length, max_predictions_per_seq=run.max_predictions,
                          dupe_factor=run.dupe_factor, holdout_fraction=run.holdout_fraction)
-    made = make_split_shards(texts, str(train), vocab, config, str(heldout), workers=2, progress=False)
+    # On this machine, even where RAY_ADDRESS names a cluster (a nightly task on a Celery worker): the benchmark
+    # times training, and its data is small. Processes where this one may start them; a Celery prefork task
+    # may not, and runs the units inline (the same shards either way).
+    backend = "inline" if multiprocessing.current_process().daemon else "process"
+    made = make_split_shards(texts, str(train), vocab, config, str(heldout), workers=2, backend=backend,
+                             progress=False)
     print(f"shards: {made['totals']['instances']} training instances from {made['totals']['documents']} documents; "
           f"held out {made['heldout']['instances']} instances from {made['heldout']['documents']} documents")
     return str(train), str(heldout)

@@ -262,7 +262,14 @@ def test_the_dags_end_to_end_on_the_production_stack(production, tmp_path):
     run_id = api.trigger("bert_nightly_regression", {
         "work_dir": nightly, "data": {"sst-2": f"{WORK}/data/sst2", "squad": f"{WORK}/data/squad"},
         "throughput_configs": ["bert_2_64_2"], "throughput_steps": 1, "throughput_batch_size": 2,
-        "throughput_max_seq_length": 32})
+        "throughput_max_seq_length": 32,
+        # The pretraining figures at a smoke size; the time-to-accuracy run makes its shards on the Celery worker
+        # although RAY_ADDRESS names the cluster (inline: a prefork task may start no processes).
+        "pretrain_step_configs": ["bert_2_64_2"], "pretrain_step_steps": 1, "pretrain_step_batch_size": 2,
+        "pretrain_step_max_seq_length": 16, "pretrain_step_max_predictions": 3, "time_to_accuracy_tolerance": 1.0,
+        "convergence_config": "bert_2_64_2", "convergence_steps": 4, "convergence_batch_size": 4,
+        "convergence_max_seq_length": 32, "convergence_max_predictions": 5, "convergence_dupe_factor": 1,
+        "convergence_eval_every": 2, "convergence_eval_batches": 2, "convergence_peer_lrs": [3e-3]})
     run = api.wait_for_run("bert_nightly_regression", run_id, RUN_TIMEOUT_S)
     took["bert_nightly_regression"] = time.monotonic()
     assert run["state"] == "success", api.failed_tasks("bert_nightly_regression", run_id)

@@ -197,7 +197,15 @@ def choose_backend(backend: str, workers: int) -> str:
         return backend
     if os.environ.get("RAY_ADDRESS"):
         return "ray"
-    return "process" if workers > 1 else "inline"
+    return "process" if workers > 1 and not _in_daemon_process() else "inline"
+
+
+def _in_daemon_process() -> bool:
+    """True in a daemonic multiprocessing child (a Celery prefork worker runs its tasks in one), which
+    Python forbids to start processes of its own."""
+    import multiprocessing
+
+    return multiprocessing.current_process().daemon
 
 
 @contextlib.contextmanager
@@ -226,6 +234,10 @@ def open_executor(vocab_file: Path, config: ShardConfig, workers: int, backend: 
     if backend == "process":
         import multiprocessing
 
+        if _in_daemon_process():
+            raise BertPipelineError("make-shards: backend 'process' cannot start worker processes from a daemonic "
+                                    "process (a Celery prefork worker's task runs in one); use backend 'inline', "
+                                    "or 'ray' with RAY_ADDRESS set")
         method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         pool = multiprocessing.get_context(method).Pool(workers, initializer=_init_process, initargs=args[:2])
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 import os
 import re
@@ -121,6 +122,36 @@ def test_backend_is_ray_tasks_when_ray_address_is_set(monkeypatch):
     assert sharding.choose_backend("auto", 2) == "process"
     with pytest.raises(BertPipelineError, match="backend must be one of"):
         sharding.choose_backend("threads", 2)
+
+
+def _shards_in_a_daemon(corpus: str, out: str, report: str) -> None:
+    """Runs in a daemonic process, as a Celery prefork worker's task does."""
+    backend = sharding.choose_backend("auto", 2)
+    sharding.make_shards([corpus], out, VOCAB, SMALL, workers=2, progress=False)
+    try:
+        sharding.make_shards([corpus], out + "-process", VOCAB, SMALL, workers=2, backend="process", progress=False)
+        refused = ""
+    except BertPipelineError as error:
+        refused = str(error)
+    Path(report).write_text(json.dumps({"backend": backend, "refused": refused}))
+
+
+def test_a_daemonic_process_makes_the_same_shards_inline(corpus, tmp_path):
+    """Python forbids a daemonic process children: there "auto" runs the units inline, and "process" says why not."""
+    import multiprocessing
+
+    sharding.make_shards([str(corpus)], str(tmp_path / "pool"), VOCAB, SMALL, workers=2)
+    report = tmp_path / "report.json"
+    child = multiprocessing.get_context("spawn").Process(
+        target=_shards_in_a_daemon, args=(str(corpus), str(tmp_path / "daemon"), str(report)), daemon=True)
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0
+    result = json.loads(report.read_text())
+    assert result["backend"] == "inline"
+    assert "cannot start worker processes from a daemonic process" in result["refused"]
+    assert not (tmp_path / "daemon-process").exists()
+    assert digests(tmp_path / "daemon") == digests(tmp_path / "pool")
 
 
 def test_the_ray_backend_needs_the_launch_layer(corpus, tmp_path):
