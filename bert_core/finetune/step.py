@@ -89,23 +89,15 @@ def prepare(cfg: FinetuneConfig, inputs: dict[str, str] | None = None,
         raise BertPipelineError(f"--data-dir {cfg.data_dir}: no such directory")
     model_dir = resolve_model_dir(cfg.model)
     adapter: Adapter = ADAPTERS[task.kind](task, data_dir, BertTokenizer.from_model_dir(model_dir), cfg)
-    fetched = ((cfg.data_dir, data_dir), (cfg.model, model_dir))
     if inputs is None:
         # Only the files this run reads: a data dir may hold much more (all 15 XNLI-MT train files).
         files = [adapter.train_file()] + [path for _, path in adapter.eval_files()]
         files += [p for p in sorted(model_dir.iterdir()) if p.is_file() and p.suffix in (".safetensors", ".bin")]
-        inputs = {_input_uri(p, fetched): manifest.sha256_file(p) for p in files}
+        # Named by their s3:// URIs when they are cached copies: the cache's path differs from one machine (or HOME)
+        # to the next, and a retry elsewhere must find the same inputs.
+        inputs = {storage.source_uri(p): manifest.sha256_file(p) for p in files}
     precision = None if device is None else agreed(dist.all_gather_objects(resolve_precision(cfg.dtype, device)))
-    return Prepared(task, model_dir, adapter, inputs, _input_uri(adapter.train_file(), fetched), precision)
-
-
-def _input_uri(path: Path, fetched: tuple[tuple[str, Path], ...]) -> str:
-    """How the manifest names an input file: by its s3:// URI when it is a cached copy of one (the cache's path
-    differs from one machine, or HOME, to the next: a retry elsewhere must find the same inputs)."""
-    for uri, local in fetched:
-        if storage.is_s3(uri) and path.is_relative_to(local):
-            return storage.join(uri, str(path.relative_to(local)))
-    return str(path)
+    return Prepared(task, model_dir, adapter, inputs, storage.source_uri(adapter.train_file()), precision)
 
 
 def _existing_result(cfg: FinetuneConfig, prepared: Prepared) -> dict | None:

@@ -50,7 +50,7 @@ def _nightly_runs():
     return client, client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
 
 
-def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, minilm_dir, monkeypatch, request):
+def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, minilm_dir, monkeypatch):
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -68,8 +68,8 @@ def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, mi
     # The night downloads each registered version it evaluates: into a temporary copy, removed afterwards.
     # Short: the time-to-accuracy runs' make-shards starts a multiprocessing forkserver whose socket lives under
     # TMPDIR, and a Unix socket path may not exceed 107 bytes (pytest's tmp_path alone is ~80).
+    # Left in place: the forkserver outlives the test, and later tests of this process fork through its socket.
     scratch = Path(tempfile.mkdtemp(prefix="bn-", dir="/tmp"))
-    request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
     monkeypatch.setenv("TMPDIR", str(scratch))
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     run = _night({**CONF, "work_dir": str(tmp_path / "night1")})
