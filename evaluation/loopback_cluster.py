@@ -101,6 +101,27 @@ class LoopbackCluster:
         self._start(name, ["--address", self.address, "--num-cpus", str(cpus), "--resources", json.dumps({name: 1})])
         self.wait_for(lambda nodes: any(name in n["Resources"] for n in nodes))
 
+    def ready(self, name: str, timeout: float = 120.0) -> None:
+        """Wait until node `name` runs a 1-CPU task: its raylet starts workers, and its CPU is free (a node listed
+        alive may not start workers yet, and an earlier run's workers may still hold its CPU)."""
+        import ray
+
+        @ray.remote(num_cpus=1, resources={name: 1}, max_retries=0)
+        def probe() -> str:
+            return ray.get_runtime_context().get_node_id()
+
+        ray.get(probe.remote(), timeout=timeout)
+        # Ray Train's elastic policy sizes a new group by what Ray's AutoscalingCoordinator (one detached actor per
+        # cluster) has seen of the nodes, which it refreshes every 20 s: a run started just after a node joins would
+        # begin without it (and grow later). Fine on a real cluster; a test that describes its run's first group
+        # has the coordinator look now. Private API, so only here.
+        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+            get_or_create_autoscaling_coordinator,
+        )
+
+        ray.get(get_or_create_autoscaling_coordinator().get_reserved_resources.remote("loopback-ready", recompute=True),
+                timeout=timeout)
+
     def alive(self, name: str) -> bool:
         """Whether a live node is called `name`."""
         import ray

@@ -79,6 +79,11 @@ def cluster(nodes):
     for name in WORKERS:
         if not nodes.alive(name):
             nodes.restart_worker(name)
+    # And both nodes taking work: an earlier test's workers may still hold a CPU, a node that just joined may not
+    # start workers yet, and an elastic 1:2 run started then begins with one worker (seen under load), which is
+    # not the run these tests describe.
+    for name in WORKERS:
+        nodes.ready(name)
     return nodes
 
 
