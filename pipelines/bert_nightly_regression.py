@@ -27,10 +27,12 @@ from operators.params import (
 )
 
 PARAMS = in_sections({
-    "models": Param([], type="array", description="Registered models to benchmark (e.g. bert-sst-2); empty: every "
-                    "registered task model that has pinned data and a champion.", section=section(NIGHTLY_MODELS)),
-    "data": Param({}, type="object", description="Task -> pinned dev data directory (local or s3://); empty: the "
-                  "bundled demo data (sst-2, squad). Its files' sha256 are recorded each night.",
+    # Nullable, so that the form does not mark them required: empty means all of them.
+    "models": Param([], type=["null", "array"], description="Registered models to benchmark (e.g. bert-sst-2); "
+                    "empty: every registered task model that has pinned data and a champion.",
+                    section=section(NIGHTLY_MODELS)),
+    "data": Param({}, type=["null", "object"], description="Task -> pinned dev data directory (local or s3://); "
+                  "empty: the bundled demo data (sst-2, squad). Its files' sha256 are recorded each night.",
                   section=section(NIGHTLY_MODELS)),
     "work_dir": Param(None, type=["null", "string"], description="Where the night's outputs go; empty: "
                       "$BERT_PIPELINE_HOME/nightly/<run id>.", section=section(Form.STORAGE)),
