@@ -54,7 +54,7 @@ def _isolated_caches(tmp_path_factory, monkeypatch):
 # while the other idles (seconds on this 2-core machine, alone; the rest take a few seconds each).
 LONG_FIRST = (
     "tests/test_production_stack.py",  # the production profile, a multi-node Ray cluster, the three DAGs via REST
-    "tests/test_stack_ui.py",  # ~340 s: `stack up`, bert_demo from the UI, both DAGs' forms, the REST runs
+    "tests/test_stack_ui.py",  # ~200 s: `stack up`, bert_demo from the UI, each DAG's form, a bad conf
     "tests/bert_core/launch/test_ray_multinode.py",  # ~205 s: a head and two worker nodes: drained, killed, back
     "tests/test_demo.py",  # ~80 s
     "tests/bert_core/launch/test_ray_pretrain.py",  # ~75 s
