@@ -48,6 +48,7 @@ import threading
 import time
 from pathlib import Path
 
+from evaluation.cli_help import DefaultsHelpFormatter
 from evaluation.default_inputs import existing
 from evaluation.pretrain_convergence import DEFAULT_CORPUS, DEFAULT_VOCAB
 
@@ -400,7 +401,7 @@ def _replace(path: Path, write) -> None:
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(prog="python -m evaluation.elastic_recovery",
                                      description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=DefaultsHelpFormatter)
     data = parser.add_argument_group("data")
     data.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="raw text, documents separated by blank lines")
     data.add_argument("--vocab", default=str(DEFAULT_VOCAB), help="WordPiece vocab.txt for the shards and model")

@@ -44,6 +44,7 @@ from pathlib import Path
 
 import torch
 
+from evaluation.cli_help import DefaultsHelpFormatter
 from evaluation.default_inputs import SHARED_DATA, existing
 from evaluation.settings import ConvergenceRun
 
@@ -428,7 +429,7 @@ def main(argv: list[str] | None = None) -> dict:
     defaults = ConvergenceRun()
     parser = argparse.ArgumentParser(prog="python -m evaluation.pretrain_convergence",
                                      description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="raw text, documents separated by blank lines")
     parser.add_argument("--vocab", default=str(DEFAULT_VOCAB), help="WordPiece vocab.txt for the shards and models")
     parser.add_argument("--work-dir", default="bench-results/convergence", help="segmented text, shards, models")
@@ -475,7 +476,8 @@ def main(argv: list[str] | None = None) -> dict:
                              "into parts run side by side (--no-ours, --peer-configs, --seeds) is merged this way")
     parser.add_argument("--no-ours", dest="ours", action="store_false",
                         help="train only the peer (a part of a benchmark run side by side; see --reuse)")
-    parser.add_argument("--out-json", default="bench-results/pretrain_convergence.json")
+    parser.add_argument("--out-json", default="bench-results/pretrain_convergence.json",
+                        help="every evaluation of every run, and the figures, as JSON")
     parser.add_argument("--plot", default=None, help="PNG of accuracy against time (default: next to --out-json)")
     args = parser.parse_args(argv)
     existing(parser, "--corpus", args.corpus)
