@@ -20,14 +20,27 @@ class AirflowApi:
         token = self.call("POST", "/auth/token", {"username": user, "password": password}, auth=False)
         self.token = token["access_token"]
 
-    def call(self, method: str, path: str, body: dict | None = None, auth: bool = True) -> dict:
+    def call(self, method: str, path: str, body: dict | None = None, auth: bool = True, attempts: int = 3) -> dict:
+        """One request; a server error (5xx) is tried again, up to `attempts` times, a second apart, and one that
+        stays is raised with the server's answer in the message. On the SQLite stack the API server answers 500
+        when the scheduler holds the database's write lock at that moment (seen under load: `airflow standalone`
+        on SQLite is Airflow's development setup); nothing was written then, so trying again is safe."""
         request = urllib.request.Request(self.base_url + path, method=method,
                                          data=json.dumps(body).encode() if body is not None else None,
                                          headers={"Content-Type": "application/json"})
         if auth:
             request.add_header("Authorization", f"Bearer {self.token}")
-        with urllib.request.urlopen(request, timeout=90) as response:
-            return json.loads(response.read())
+        for attempt in range(1, attempts + 1):
+            try:
+                with urllib.request.urlopen(request, timeout=90) as response:
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as exc:
+                answer = exc.read().decode(errors="replace")[-2000:]
+                if exc.code < 500 or attempt == attempts:
+                    raise urllib.error.HTTPError(exc.url, exc.code, f"{exc.reason}: {method} {path}: {answer}",
+                                                 exc.headers, None) from exc
+                time.sleep(attempt)
+        raise AssertionError("unreachable")
 
     def get(self, path: str) -> dict:
         return self.call("GET", path)

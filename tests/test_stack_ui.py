@@ -6,14 +6,13 @@ test-artifacts/stack_ui/, those of the forms to docs/figures/form-<dag>.png."""
 from __future__ import annotations
 
 import json
-import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from evaluation.airflow_rest import AirflowApi
 from tests import stack_fixture
 from tests.browser import CHROMEDRIVER, CHROMIUM, MISSING, chromium
 
@@ -27,27 +26,6 @@ pytestmark = [
 ]
 
 local_stack = stack_fixture.local_stack
-
-
-class AirflowApi:
-    """The Airflow REST API v2 with the admin's JWT (POST /auth/token)."""
-
-    def __init__(self, base_url: str, user: str, password: str):
-        self.base_url = base_url
-        token = self._call("POST", "/auth/token", {"username": user, "password": password}, auth=False)
-        self.token = token["access_token"]
-
-    def _call(self, method: str, path: str, body: dict | None = None, auth: bool = True) -> dict:
-        request = urllib.request.Request(self.base_url + path, method=method,
-                                         data=json.dumps(body).encode() if body is not None else None,
-                                         headers={"Content-Type": "application/json"})
-        if auth:
-            request.add_header("Authorization", f"Bearer {self.token}")
-        with urllib.request.urlopen(request, timeout=90) as response:
-            return json.loads(response.read())
-
-    def get(self, path: str) -> dict:
-        return self._call("GET", path)
 
 
 @pytest.fixture()
@@ -163,7 +141,7 @@ def test_trigger_bert_demo_from_the_airflow_ui(local_stack, browser):
 
     # The DAG list: the DAG processor parses pipelines/ shortly after start-up; once the API knows every DAG, the
     # page shows them all when it has rendered.
-    _wait_for_dags(api, DAGS)
+    api.wait_for_dags(DAGS)
     browser.get(local_stack.airflow_url + "/dags")
     _wait(browser, lambda d: set(DAGS) <= _dag_links(d), timeout=60,
           message=f"the DAG list does not show all of {DAGS}")
@@ -204,12 +182,12 @@ def test_trigger_bert_demo_from_the_airflow_ui(local_stack, browser):
     run_id = run["dag_run_id"]
     _idle(browser)
 
-    run = _wait_for_run(api, "bert_demo", run_id, timeout=RUN_TIMEOUT_S)
+    run = api.wait_for_run("bert_demo", run_id, timeout=RUN_TIMEOUT_S)
     browser.get(f"{local_stack.airflow_url}/dags/bert_demo/runs/{urllib.parse.quote(run_id, safe='')}")
     _wait(browser, lambda d: run_id in (text := d.find_element(By.TAG_NAME, "body").text)
           and run["state"] in text.lower(), message=f"the run page does not show run {run_id} {run['state']}")
     _shot(browser, "03-run-finished.png")
-    assert run["state"] == "success", _failed_tasks(api, "bert_demo", run_id)
+    assert run["state"] == "success", api.failed_tasks("bert_demo", run_id)
 
     # The tasks used the stack's MLflow server (not an embedded store) and registered the demo's models there.
     summary = json.loads((work_dir / "demo_summary.json").read_text())
@@ -243,7 +221,7 @@ def test_the_nightly_form_reads_like_a_recipe(local_stack, browser):
     open them)."""
     api = AirflowApi(local_stack.airflow_url, *local_stack.airflow_credentials())
     _login(browser, local_stack)
-    _wait_for_dags(api, ["bert_nightly_regression"])
+    api.wait_for_dags(["bert_nightly_regression"])
     _sections_and_screenshot(browser, api, _open_trigger_form(browser, local_stack, "bert_nightly_regression"),
                              "bert_nightly_regression")
     _idle(browser)
@@ -293,30 +271,10 @@ def _open_trigger_form(driver, stack, dag_id: str):
                  message=f"the trigger form of {dag_id} did not open")
 
 
-def _task_log(api: AirflowApi, dag_id: str, run_id: str, task_id: str, map_index: int = -1, try_number: int = 1) -> str:
-    quoted = urllib.parse.quote(run_id, safe="")
-    log = api.get(f"/api/v2/dags/{dag_id}/dagRuns/{quoted}/taskInstances/{task_id}/logs/{try_number}"
-                  f"?full_content=true&map_index={map_index}")
-    content = log.get("content", "")
-    return content if isinstance(content, str) else json.dumps(content)
 
 
-def _wait_for_dags(api: AirflowApi, dag_ids, timeout: float = 120) -> None:
-    """Until the API lists every one of `dag_ids` (the DAG processor has parsed and serialized them)."""
-    deadline = time.monotonic() + timeout
-    while not set(dag_ids) <= (listed := {d["dag_id"] for d in api.get("/api/v2/dags")["dags"]}):
-        assert time.monotonic() < deadline, f"after {timeout:.0f} s the API lists only {sorted(listed)}"
-        time.sleep(3)
 
 
-def _wait_for_run(api: AirflowApi, dag_id: str, run_id: str, timeout: float) -> dict:
-    quoted = urllib.parse.quote(run_id, safe="")
-    deadline = time.monotonic() + timeout
-    run = api.get(f"/api/v2/dags/{dag_id}/dagRuns/{quoted}")
-    while run["state"] not in ("success", "failed") and time.monotonic() < deadline:
-        time.sleep(3)
-        run = api.get(f"/api/v2/dags/{dag_id}/dagRuns/{quoted}")
-    return run
 
 
 @pytest.mark.parametrize("dag_id", ["bert_pretraining", "bert_finetune"])
@@ -328,7 +286,7 @@ def test_trigger_forms_start_with_their_defaults_and_bad_conf_fails_the_plan(loc
 
     api = AirflowApi(local_stack.airflow_url, *local_stack.airflow_credentials())
     _login(browser, local_stack)
-    _wait_for_dags(api, [dag_id])
+    api.wait_for_dags([dag_id])
     dialog = _open_trigger_form(browser, local_stack, dag_id)
     dag = api.get(f"/api/v2/dags/{dag_id}/details")
     defaults = {name: spec.get("value") for name, spec in dag["params"].items()}
@@ -355,42 +313,17 @@ def test_trigger_forms_start_with_their_defaults_and_bad_conf_fails_the_plan(loc
     assert run["triggered_by"] == "ui" and {k: run["conf"].get(k) for k in defaults} == defaults
     # Started is enough here (a default run takes minutes on 2 cores): stop it.
     quoted = urllib.parse.quote(run["dag_run_id"], safe="")
-    api._call("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{quoted}", {"state": "failed"})
+    api.call("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{quoted}", {"state": "failed"})
 
     bad = {"bert_pretraining": ({"phases": [{"num_steps": 2}, {"max_seq_length": 1024}]},
                                 "phases[1]: max_seq_length 1024 is longer than the model's 512 positions"),
            "bert_finetune": ({"tasks": {"sst-2": ""}, "overrides": {"sst-2": {"epoch": 1}}},
                              "overrides.sst-2.epoch: not a fine-tuning setting")}[dag_id]
-    created = api._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": bad[0]})
-    finished = _wait_for_run(api, dag_id, created["dag_run_id"], timeout=180)
+    created = api.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": bad[0]})
+    finished = api.wait_for_run(dag_id, created["dag_run_id"], timeout=180)
     assert finished["state"] == "failed"
     states = {t["task_id"]: t["state"] for t in api.get(
         f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(created['dag_run_id'], safe='')}/taskInstances"
     )["task_instances"]}
     assert states["plan"] == "failed" and "success" not in states.values(), states
-    assert bad[1] in _task_log(api, dag_id, created["dag_run_id"], "plan")
-
-
-def _trigger(api: AirflowApi, dag_id: str, conf: dict) -> str:
-    api._call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
-    return api._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})["dag_run_id"]
-
-
-def _failed_tasks(api: AirflowApi, dag_id: str, run_id: str) -> str:
-    """The failed task instances of a run with the end of each one's log (mapped ones by their map index)."""
-    quoted = urllib.parse.quote(run_id, safe="")
-    tasks = api.get(f"/api/v2/dags/{dag_id}/dagRuns/{quoted}/taskInstances")["task_instances"]
-    parts = []
-    for t in tasks:
-        if t["state"] not in ("failed", "upstream_failed"):
-            continue
-        where = f"{t['task_id']}[{t.get('map_index', -1)}] {t['state']}"
-        if t["state"] == "failed":
-            try:
-                content = _task_log(api, dag_id, run_id, t["task_id"], t.get("map_index", -1),
-                                    max(t.get("try_number") or 1, 1))
-            except urllib.error.HTTPError as exc:
-                content = f"(log not readable: {exc})"
-            where += "\n" + content[-4000:]
-        parts.append(where)
-    return f"{dag_id} run {run_id}:\n" + "\n---\n".join(parts)
+    assert bad[1] in api.task_log(dag_id, created["dag_run_id"], "plan")
