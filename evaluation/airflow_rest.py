@@ -22,9 +22,10 @@ class AirflowApi:
 
     def call(self, method: str, path: str, body: dict | None = None, auth: bool = True, attempts: int = 3) -> dict:
         """One request; a server error (5xx) is tried again, up to `attempts` times, a second apart, and one that
-        stays is raised with the server's answer in the message. On the SQLite stack the API server answers 500
-        when the scheduler holds the database's write lock at that moment (seen under load: `airflow standalone`
-        on SQLite is Airflow's development setup); nothing was written then, so trying again is safe."""
+        stays is raised with the server's answer in the message. Seen on the SQLite stack under load (`airflow
+        standalone` on SQLite is Airflow's development setup): a trigger answered 500 while a stopped run's tasks
+        were writing their states, most likely the database's write lock. A failed write is rolled back, so a
+        retried trigger makes one run; a 500 after the commit (not seen) would make a second one."""
         request = urllib.request.Request(self.base_url + path, method=method,
                                          data=json.dumps(body).encode() if body is not None else None,
                                          headers={"Content-Type": "application/json"})

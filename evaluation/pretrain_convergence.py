@@ -35,7 +35,6 @@ import dataclasses
 import json
 import logging
 import math
-import multiprocessing
 import os
 import platform
 import statistics
@@ -60,7 +59,7 @@ def prepare_data(corpus: str, vocab: str, work: Path, run: ConvergenceRun) -> tu
     """segment -> make-shards with a held-out split; returns (training shards dir, held-out shards dir). Shards
     already made with the same settings in `work` are reused."""
     from bert_core.data.instances import ShardConfig
-    from bert_core.data.make_shards import make_split_shards
+    from bert_core.data.make_shards import local_backend, make_split_shards
     from bert_core.data.segment import segment
 
     train = work / f"shards-{run.max_seq_length}-{run.max_predictions}-{run.dupe_factor}-{run.holdout_fraction:g}"
@@ -73,10 +72,8 @@ def prepare_data(corpus: str, vocab: str, work: Path, run: ConvergenceRun) -> tu
     config = ShardConfig(max_seq_length=run.max_seq_length, max_predictions_per_seq=run.max_predictions,
                          dupe_factor=run.dupe_factor, holdout_fraction=run.holdout_fraction)
     # On this machine, even where RAY_ADDRESS names a cluster (a nightly task on a Celery worker): the benchmark
-    # times training, and its data is small. Processes where this one may start them; a Celery prefork task
-    # may not, and runs the units inline (the same shards either way).
-    backend = "inline" if multiprocessing.current_process().daemon else "process"
-    made = make_split_shards(texts, str(train), vocab, config, str(heldout), workers=2, backend=backend,
+    # times training, and its data is small.
+    made = make_split_shards(texts, str(train), vocab, config, str(heldout), workers=2, backend=local_backend(2),
                              progress=False)
     print(f"shards: {made['totals']['instances']} training instances from {made['totals']['documents']} documents; "
           f"held out {made['heldout']['instances']} instances from {made['heldout']['documents']} documents")

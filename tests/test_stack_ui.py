@@ -271,12 +271,6 @@ def _open_trigger_form(driver, stack, dag_id: str):
                  message=f"the trigger form of {dag_id} did not open")
 
 
-
-
-
-
-
-
 @pytest.mark.parametrize("dag_id", ["bert_pretraining", "bert_finetune"])
 def test_trigger_forms_start_with_their_defaults_and_bad_conf_fails_the_plan(local_stack, browser, dag_id):
     """Each DAG's form, left at its defaults, can be triggered (no field is required that has a documented

@@ -197,6 +197,12 @@ def choose_backend(backend: str, workers: int) -> str:
         return backend
     if os.environ.get("RAY_ADDRESS"):
         return "ray"
+    return local_backend(workers)
+
+
+def local_backend(workers: int) -> str:
+    """The backend on this machine alone: processes for more than one worker, where this process may start them
+    (a daemonic one may not: a Celery prefork task), else inline; the shards are the same either way."""
     return "process" if workers > 1 and not _in_daemon_process() else "inline"
 
 

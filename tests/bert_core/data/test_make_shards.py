@@ -118,6 +118,7 @@ def test_backend_is_ray_tasks_when_ray_address_is_set(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "ray://head.example:10001")
     assert sharding.choose_backend("auto", 1) == "ray" and sharding.choose_backend("auto", 4) == "ray"
     assert sharding.choose_backend("process", 2) == "process"  # an explicit choice wins
+    assert sharding.local_backend(2) == "process" and sharding.local_backend(1) == "inline"  # this machine alone
     monkeypatch.setenv("RAY_ADDRESS", "")
     assert sharding.choose_backend("auto", 2) == "process"
     with pytest.raises(BertPipelineError, match="backend must be one of"):
@@ -127,6 +128,7 @@ def test_backend_is_ray_tasks_when_ray_address_is_set(monkeypatch):
 def _shards_in_a_daemon(corpus: str, out: str, report: str) -> None:
     """Runs in a daemonic process, as a Celery prefork worker's task does."""
     backend = sharding.choose_backend("auto", 2)
+    assert sharding.local_backend(2) == "inline"
     sharding.make_shards([corpus], out, VOCAB, SMALL, workers=2, progress=False)
     try:
         sharding.make_shards([corpus], out + "-process", VOCAB, SMALL, workers=2, backend="process", progress=False)
