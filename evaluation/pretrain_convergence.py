@@ -81,16 +81,20 @@ def prepare_data(corpus: str, vocab: str, work: Path, run: ConvergenceRun) -> tu
 
 
 class _Clock:
-    """Training time on both clocks: evaluation intervals are paused out."""
+    """Training time on both clocks: evaluation intervals are paused out. On a GPU the wall clock stops once the
+    queued kernels have run (ours waits for them too: it reads its step statistics back every interval)."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device | None = None) -> None:
         self.wall = self.cpu = 0.0
         self._since: tuple[float, float] | None = None
+        self._cuda = device is not None and device.type == "cuda"
 
     def start(self) -> None:
         self._since = (time.perf_counter(), time.process_time())
 
     def stop(self) -> None:
+        if self._cuda:
+            torch.cuda.synchronize()
         if self._since is not None:
             self.wall += time.perf_counter() - self._since[0]
             self.cpu += time.process_time() - self._since[1]
@@ -151,7 +155,8 @@ def run_ours(model: str, train: str, heldout: str, work: Path, run: ConvergenceR
     config = PretrainConfig(data=train, data_eval=heldout, output=str(out), model=model, num_steps=steps,
                             batch_size=run.batch_size, lr=lr, eval_interval=run.eval_every,
                             eval_max_batches=run.eval_batches, ckpt_interval=0, log_interval=run.eval_every,
-                            seed=seed, dtype=dtype, tracking=False, progress=False, overwrite=True)
+                            seed=seed, dtype=dtype, tracking=False, progress=False, overwrite=True,
+                            use_gpu=run.device == "cuda")
     tracker = CurveTracker()
     t0 = time.perf_counter()
     result = pretrain(config, tracker)
@@ -173,6 +178,7 @@ def run_peer(model: str, train: str, heldout: str, run: ConvergenceRun, steps: i
 
     from bert_core.model import zoo
     from bert_core.pretrain.stream import PretrainStream, ShardSet, StreamConfig
+    from bert_core.pretrain.step import to_device
     from bert_core.pretrain.stream import eval_batches as heldout_batches
     from bert_core.train.precision import Precision, resolve_precision
 
@@ -191,7 +197,9 @@ def run_peer(model: str, train: str, heldout: str, run: ConvergenceRun, steps: i
                "weight_decay": 0.0}]
     optimizer = torch.optim.AdamW(groups, lr=lr, fused=True)  # the Trainer's default on torch >= 2.8
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, int(0.1 * steps), steps)
-    precision = Precision(resolve_precision(run.dtype, "cpu").dtype, "cpu")
+    device = torch.device(run.device)
+    net.to(device)
+    precision = Precision(resolve_precision(run.dtype, device).dtype, device)
     shards, eval_shards = ShardSet(train), ShardSet(heldout)
     stream = PretrainStream(shards, StreamConfig(run.batch_size, seed, 1, False), 0, 1, config.vocab_size)
 
@@ -200,6 +208,7 @@ def run_peer(model: str, train: str, heldout: str, run: ConvergenceRun, steps: i
         correct = total = nsp_correct = nsp_total = 0.0
         with torch.no_grad():
             for b in heldout_batches(eval_shards, run.batch_size, max_batches=run.eval_batches):
+                b = to_device(b, device)
                 out = net(input_ids=b["input_ids"], token_type_ids=b["token_type_ids"],
                           attention_mask=b["attention_mask"])
                 logits = out.prediction_logits.gather(
@@ -212,21 +221,22 @@ def run_peer(model: str, train: str, heldout: str, run: ConvergenceRun, steps: i
         net.train()
         return {"mlm_accuracy": correct / total, "nsp_accuracy": nsp_correct / nsp_total}
 
-    points, clock = [], _Clock()
+    points, clock = [], _Clock(device)
     for step in range(1, steps + 1):
-        b = next(stream)
+        b = to_device(next(stream), device)
         labels = torch.full_like(b["input_ids"], -100)
         masked = torch.where(b["masked_lm_weights"] > 0, b["masked_lm_ids"], -100)
-        rows = torch.arange(len(labels))[:, None].expand_as(masked)
+        rows = torch.arange(len(labels), device=device)[:, None].expand_as(masked)
         real = b["masked_lm_weights"] > 0
         labels[rows[real], b["masked_lm_positions"][real]] = masked[real]
         clock.start()
         with precision.autocast():
             out = net(input_ids=b["input_ids"], token_type_ids=b["token_type_ids"],
                       attention_mask=b["attention_mask"], labels=labels, next_sentence_label=b["next_sentence_labels"])
-        out.loss.backward()
+        precision.scale(out.loss).backward()  # float16: the Trainer's GradScaler, as Precision's
+        precision.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        optimizer.step()
+        precision.step(optimizer, step)
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         clock.stop()
@@ -459,6 +469,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="also train ours, every seed, in these precisions (does --dtype learn as well?)")
     parser.add_argument("--threads", type=int, default=defaults.threads,
                         help="torch threads of both systems (0: torch's default)")
+    parser.add_argument("--device", default=defaults.device, choices=["cpu", "cuda"],
+                        help="where both systems train (cuda: the current GPU)")
     parser.add_argument("--our-lr-factors", type=float, nargs="*", default=[],
                         help="also train ours at these multiples of its default learning rate (where does the "
                              "default land?)")
@@ -487,6 +499,7 @@ def main(argv: list[str] | None = None) -> dict:
     sweep_configs = list(steps_of) if args.sweep_configs is None else args.sweep_configs
     results: dict = {"machine": {"platform": platform.platform(), "processor": platform.processor(),
                                  "cpus": os.cpu_count(), "torch": torch.__version__,
+                                 "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
                                  "date": time.strftime("%Y-%m-%d %H:%M")},
                      "settings": {k: v for k, v in vars(args).items() if k not in ("out_json", "plot")},
                      "models": {}}
@@ -509,7 +522,7 @@ def main(argv: list[str] | None = None) -> dict:
                              holdout_fraction=args.holdout_fraction, eval_every=args.eval_every,
                              eval_batches=args.eval_batches, peer_lrs=tuple(args.peer_lrs), seeds=tuple(args.seeds),
                              peer_seeds=tuple(args.peer_seeds),
-                             dtype=args.dtype, threads=args.threads)
+                             dtype=args.dtype, threads=args.threads, device=args.device)
         runs = earlier.get(model, [])
 
         def reused(system: str, lr: float | None, steps_: int, seed: int, dtype: str, runs=runs) -> dict | None:

@@ -60,7 +60,7 @@ class ConvergenceRun:
     The corpus is segmented and sharded at `max_seq_length` with `max_predictions` masked positions, `dupe_factor`
     masking passes, `holdout_fraction` of the documents held out; every `eval_every` steps both are scored on
     `eval_batches` held-out batches. `seeds`: ours runs once per seed; `peer_seeds` (empty: the same): the peer's
-    lr grid runs at the first, its best lr at every one."""
+    lr grid runs at the first, its best lr at every one. `device`: cpu, or cuda (both systems on the current GPU)."""
 
     config: str = "bert_2_128_2"
     steps: int = 800
@@ -76,6 +76,7 @@ class ConvergenceRun:
     peer_seeds: tuple[int, ...] = ()
     dtype: str = "auto"
     threads: int = 1
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)

@@ -255,6 +255,35 @@ def test_training_mode_dropout_and_backward_through_packed_path():
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_dropout_drops_at_its_rate_scales_the_rest_and_follows_the_seed(dtype):
+    x = torch.randn(301, 1001, dtype=dtype)  # odd element count: the last 32-bit draw is half used
+    torch.manual_seed(7)
+    y = modeling.dropout(x, 0.1, training=True)
+    dropped = y == 0
+    # 301,301 draws at 0.1: the rate's standard error is 5.5e-4
+    assert abs(dropped.float().mean().item() - 0.1) < 3e-3
+    scale = torch.tensor(1 / (1 - round(0.1 * 2 ** 16) / 2 ** 16), dtype=dtype)  # in x's dtype, as torch's
+    assert torch.equal(y[~dropped], x[~dropped] * scale)
+    torch.manual_seed(7)
+    assert torch.equal(modeling.dropout(x, 0.1, training=True), y)  # the seed decides the mask
+    assert not torch.equal(modeling.dropout(x, 0.1, training=True), y)
+    assert modeling.dropout(x, 0.1, training=False) is x and modeling.dropout(x, 0.0, training=True) is x
+    # rows and columns of the mask are not correlated (each 32-bit draw feeds two neighbouring elements)
+    pairs = dropped.flatten()[: dropped.numel() // 2 * 2].view(-1, 2).float()
+    assert abs((pairs[:, 0] * pairs[:, 1]).mean().item() - 0.01) < 1.5e-3
+
+
+def test_cpu_dropout_gradient_is_the_mask_times_the_scale():
+    x = torch.randn(64, 33, requires_grad=True)
+    y = modeling.dropout(x, 0.25, training=True)
+    y.backward(torch.ones_like(y))
+    assert torch.equal(x.grad, (y != 0).float() / 0.75)
+    module = modeling.Dropout(0.25)
+    assert module.p == 0.25 and repr(module) == repr(torch.nn.Dropout(0.25))
+    assert module.eval()(x) is x
+
+
 def test_bad_inputs_have_clear_errors():
     model = modeling.BertModel(SMALL).eval()
     with pytest.raises(BertPipelineError, match="outside the vocabulary"):
