@@ -177,8 +177,8 @@ def run_peer(model: str, train: str, heldout: str, run: ConvergenceRun, steps: i
     import transformers
 
     from bert_core.model import zoo
-    from bert_core.pretrain.stream import PretrainStream, ShardSet, StreamConfig
     from bert_core.pretrain.step import to_device
+    from bert_core.pretrain.stream import PretrainStream, ShardSet, StreamConfig
     from bert_core.pretrain.stream import eval_batches as heldout_batches
     from bert_core.train.precision import Precision, resolve_precision
 
