@@ -179,6 +179,12 @@ def test_pretrain_convergence(tmp_path):
                       out=tmp_path / "again.json")
     for key in ("ours", "ours_float32", "peer", "peer_seeds"):
         assert again["models"]["bert_2_64_2"][key] == entry[key]
+    # Without --reuse a run trains again, although its model from the first invocation is still in the work dir
+    # (pretrain alone would hand that result back untrained, with no curve to time).
+    retrained = run_bench("pretrain_convergence", *common, "--seeds", "0", "--our-dtypes", "--peer-configs",
+                          out=tmp_path / "retrained.json")["models"]["bert_2_64_2"]["ours"]
+    assert [p["step"] for p in retrained[0]["curve"]] == [p["step"] for p in ours[0]["curve"]]
+    assert retrained[0]["final"]["mlm_accuracy"] == ours[0]["final"]["mlm_accuracy"]  # same seed, one thread
 
 
 def test_time_to_reach_interpolates():
