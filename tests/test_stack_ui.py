@@ -1,11 +1,14 @@
 """The local stack as a person uses it: `bert-pipeline stack up`, then the Airflow UI in headless Chromium (Debian's
 chromium + chromium-driver, driven by selenium): log in, see the DAGs, trigger `bert_demo` from its form with tiny
-settings, and wait for the run to succeed; each DAG's form in its sections. Screenshots of the key steps go to
-test-artifacts/stack_ui/, those of the forms to docs/figures/form-<dag>.png."""
+settings, and wait for the run to succeed; each DAG's form in its sections. Screenshots of the key steps and of the
+forms go to test-artifacts/stack_ui/; with BERT_UPDATE_FIGURES=1 the forms' also replace docs/figures/form-<dag>.png
+(docs/orchestration.md's pictures: a run does not rewrite tracked files unless asked)."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -230,7 +233,7 @@ def test_the_nightly_form_reads_like_a_recipe(local_stack, browser):
 def _sections_and_screenshot(driver, api: AirflowApi, dialog, dag_id: str) -> None:
     """The trigger form reads like a recipe: its Params in sections (data, model, optimization, ..., each titled
     with its sentence), in operators.params.SECTIONS' order, as the API serves them, all folded when the form
-    opens. Then docs/figures/form-<dag>.png: the form with its first section open."""
+    opens. Then a screenshot of the form with its first section open (see the module's docstring for where)."""
     from operators.params import SECTIONS
 
     params = api.get(f"/api/v2/dags/{dag_id}/details")["params"]
@@ -245,8 +248,10 @@ def _sections_and_screenshot(driver, api: AirflowApi, dialog, dag_id: str) -> No
     _wait(driver, lambda d: triggers[0].get_attribute("aria-expanded") == "true", timeout=10,
           message=f"{dag_id}: the first section did not open")
     _settled(driver, dialog)  # the section opens with an animation
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    dialog.screenshot(str(FIGURES / f"form-{dag_id}.png"))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    dialog.screenshot(str(ARTIFACTS / f"form-{dag_id}.png"))
+    if os.environ.get("BERT_UPDATE_FIGURES") == "1":
+        shutil.copyfile(ARTIFACTS / f"form-{dag_id}.png", FIGURES / f"form-{dag_id}.png")
     driver.set_window_size(size["width"], size["height"])
 
 
