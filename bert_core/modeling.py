@@ -25,10 +25,12 @@ from bert_core.model.modeling import (  # noqa: F401
     BertPreTrainingHeads,
     BertResidualOutput,
     BertSelfAttention,
+    Dropout,
     LogitsOutput,
     PreTrainingOutput,
     QuestionAnsweringOutput,
     count_parameters,
+    dropout,
 )
 
-__all__ = ['BertModelOutput', 'PreTrainingOutput', 'LogitsOutput', 'QuestionAnsweringOutput', 'BertEmbeddings', 'BertSelfAttention', 'BertResidualOutput', 'BertAttention', 'BertIntermediate', 'BertLayer', 'BertEncoder', 'BertPooler', 'BertPreTrainedModel', 'BertModel', 'BertPredictionHeadTransform', 'BertLMPredictionHead', 'BertOnlyMLMHead', 'BertOnlyNSPHead', 'BertPreTrainingHeads', 'BertForPreTraining', 'BertForMaskedLM', 'BertForNextSentencePrediction', 'BertForSequenceClassification', 'BertForTokenClassification', 'BertForQuestionAnswering', 'count_parameters']
+__all__ = ['BertModelOutput', 'PreTrainingOutput', 'LogitsOutput', 'QuestionAnsweringOutput', 'Dropout', 'dropout', 'BertEmbeddings', 'BertSelfAttention', 'BertResidualOutput', 'BertAttention', 'BertIntermediate', 'BertLayer', 'BertEncoder', 'BertPooler', 'BertPreTrainedModel', 'BertModel', 'BertPredictionHeadTransform', 'BertLMPredictionHead', 'BertOnlyMLMHead', 'BertOnlyNSPHead', 'BertPreTrainingHeads', 'BertForPreTraining', 'BertForMaskedLM', 'BertForNextSentencePrediction', 'BertForSequenceClassification', 'BertForTokenClassification', 'BertForQuestionAnswering', 'count_parameters']
