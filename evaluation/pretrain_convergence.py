@@ -504,6 +504,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="every evaluation of every run, and the figures, as JSON")
     parser.add_argument("--plot", default=None, help="PNG of accuracy against time (default: next to --out-json)")
     args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is visible to torch here; use --device cpu")
     existing(parser, "--corpus", args.corpus)
     existing(parser, "--vocab", args.vocab)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -195,7 +195,8 @@ def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None
     if key_mask is not None:
         # Added as 0 / -inf: the same scores as masked_fill gives, but the gradient passes the addition untouched
         # where masked_fill's backward masks it again (20% faster attention forward + backward at BERT-base).
-        scores = scores + torch.zeros(key_mask.shape, dtype=scores.dtype).masked_fill_(~key_mask, float("-inf"))
+        scores = scores + torch.zeros(key_mask.shape, dtype=scores.dtype, device=scores.device).masked_fill_(
+            ~key_mask, float("-inf"))
     probs = scores.softmax(-1)
     if dropout_p > 0:
         probs = dropout(probs, dropout_p, True)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from evaluation.pretrain_convergence import time_to_reach
 from tests import toy_tasks
@@ -185,6 +186,15 @@ def test_pretrain_convergence(tmp_path):
                           out=tmp_path / "retrained.json")["models"]["bert_2_64_2"]["ours"]
     assert [p["step"] for p in retrained[0]["curve"]] == [p["step"] for p in ours[0]["curve"]]
     assert retrained[0]["final"]["mlm_accuracy"] == ours[0]["final"]["mlm_accuracy"]  # same seed, one thread
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error where no GPU is visible")
+def test_pretrain_convergence_on_a_missing_gpu_says_so(capsys):
+    from evaluation import pretrain_convergence
+
+    with pytest.raises(SystemExit) as stopped:
+        pretrain_convergence.main(["--device", "cuda"])
+    assert stopped.value.code == 2 and "--device cuda: no CUDA device is visible" in capsys.readouterr().err
 
 
 def test_time_to_reach_interpolates():

@@ -62,6 +62,21 @@ def test_bfloat16_attention_sums_its_softmax_in_float32():
     assert (out.double() - expected).abs().max() < 4e-3  # bfloat16 rounding of values ~0.5: 2^-9
 
 
+def test_the_explicit_attention_ignores_masked_keys():
+    """The padding mask of the reduced-precision path: masked keys get no weight (their values may be anything),
+    and the result is float32 SDPA's with the same mask, to bfloat16 precision."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 6, 8) for _ in range(3))
+    key_mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, None, :]
+    out = modeling._explicit_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), key_mask, 0.0)
+    reference = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
+    torch.testing.assert_close(out.float(), reference, rtol=0.03, atol=0.03)
+    v_changed = v.clone()
+    v_changed[1, :, 4:] = 1e3
+    again = modeling._explicit_attention(q.bfloat16(), k.bfloat16(), v_changed.bfloat16(), key_mask, 0.0)
+    assert torch.equal(again, out)
+
+
 @pytest.mark.parametrize("training", [False, True])
 def test_the_bfloat16_attention_path_matches_float32_attention(training):
     """Through the whole model, with padding: the explicit bfloat16 path and float32 SDPA agree to bfloat16
