@@ -47,7 +47,7 @@ PARAMS = in_sections({
     **config_params(ShardConfig, tuple(DEMO.shards), DEMO.shards, label="Shards",
                     notes={"holdout_fraction": "The promotion gate reads the score on these documents."}),
     **config_params(PretrainConfig, tuple(DEMO.pretrain), DEMO.pretrain, prefix=PRETRAIN, label="Pretraining",
-                    notes={"num_steps": "300 reach a held-out masked-LM accuracy well above chance (see the "
+                    notes={"num_steps": "400 reach a held-out masked-LM accuracy well above chance (see the "
                                         "README)."}),
     **config_params(FinetuneConfig, tuple(DEMO.finetune), DEMO.finetune, prefix=FINETUNE,
                     label="Fine-tuning (SST-2 and SQuAD)",
