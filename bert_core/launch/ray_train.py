@@ -27,6 +27,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -236,14 +237,51 @@ def _worker(payload: dict[str, Any]) -> dict[str, Any]:
     device, tracker = _worker_setup(payload, config.use_gpu)
     # Set after a worker failure, or when resuming the named run.
     checkpoint = ray.train.get_checkpoint() if spec.resumable else None
-    with checkpoint.as_directory() if checkpoint else contextlib.nullcontext() as ckpt_dir:
-        resume_dir = Path(ckpt_dir) if ckpt_dir else None
+    with contextlib.ExitStack() as local_copy:
+        resume_dir = restore_checkpoint(checkpoint, local_copy) if checkpoint else None
         if spec.resumable and (resume_dir is not None or config.resume in ("latest", "auto")):
             config = dataclasses.replace(config, resume=None)  # Ray's checkpoint is the one to resume from
         preemption = RayPreemption(**payload["group"]) if spec.resumable else None
-        worker = Worker(device, RayCheckpointStore() if spec.resumable else None, resume_dir,
-                        checkpoint_uri(checkpoint) if checkpoint else None, payload["hooks"], preemption)
+        worker = Worker(device, RayCheckpointStore() if spec.resumable else None, resume_dir=resume_dir,
+                        resume_source=checkpoint_uri(checkpoint) if checkpoint else None,
+                        resume_done=local_copy.close, hooks=payload["hooks"], preemption=preemption)
         return spec.work(config, payload["plan"], tracker, worker)
+
+
+RESTORE_PREFIX = "bert-resume-"  # <tmp>/bert-resume-<pid>-*: a worker's local copy of the checkpoint it resumes from
+
+
+def restore_checkpoint(checkpoint: Checkpoint, cleanup: contextlib.ExitStack) -> Path:
+    """A directory holding `checkpoint`: its own path on a shared disk, else a download into this process's
+    temporary directory, deleted by `cleanup` (the step closes it once it has read the files).
+
+    Not Checkpoint.as_directory: its download lives for the whole `with` and is deleted by the last process on
+    the node to leave it, so a killed worker's copy stays on the disk for good, and Ray Train kills every worker
+    of a group it restarts: one checkpoint left per surviving worker per lost node (a BERT-large checkpoint
+    with its optimizer state is 4 GB). Copies of workers that were killed while downloading are deleted here by
+    the next worker on the node."""
+    if getattr(checkpoint.filesystem, "type_name", "local") == "local" and Path(checkpoint.path).is_dir():
+        return Path(checkpoint.path)
+    root = Path(tempfile.gettempdir())
+    for stale in root.glob(f"{RESTORE_PREFIX}*"):
+        pid = stale.name[len(RESTORE_PREFIX):].split("-")[0]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            log.info("deleting %s (a checkpoint copy of process %s, which is gone)", stale, pid)
+            shutil.rmtree(stale, ignore_errors=True)
+    local = Path(tempfile.mkdtemp(prefix=f"{RESTORE_PREFIX}{os.getpid()}-", dir=root))
+    cleanup.callback(shutil.rmtree, local, ignore_errors=True)
+    checkpoint.to_directory(str(local))
+    return local
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def checkpoint_uri(checkpoint: Any) -> str:

@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -305,13 +305,14 @@ def check_architecture(directory: Path, model_config: BertConfig) -> None:
 
 def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: torch.device | None = None,
              store: CheckpointStore | None = None, resume_dir: Path | None = None,
-             resume_source: str | None = None, hooks: Sequence[StepHook] = (),
+             resume_source: str | None = None, resume_done: Callable[[], None] | None = None,
+             hooks: Sequence[StepHook] = (),
              inputs: dict[str, str] | None = None, preemption: Preemption | None = None) -> dict[str, Any]:
     """Run (or continue) pretraining; returns the output manifest (on every worker).
 
     `inputs`: the input hashes when a launcher already checked the inputs and the output (its Plan);
     otherwise rank 0 does it here. `resume_source`: where `resume_dir` (a local copy) came from, recorded as
-    the run's `resumed_from`. `hooks` are called after every optimizer step (StepHook). `preemption`:
+    the run's `resumed_from`; `resume_done` is called once it has been read. `hooks` are called after every optimizer step (StepHook). `preemption`:
     asked after every --preemption-check-interval steps whether a node got a drain notice; then a
     checkpoint is saved at once, training goes on while the notice's deadline leaves room for more steps
     and one more checkpoint (Preemption.steps_left), and after that checkpoint the workers hold until the
@@ -383,6 +384,8 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
         step = _load_checkpoint(source, model, optimizer, scheduler, precision, stream, rank, world,
                                 total_steps, stream_cfg)
         resumed_from = resume_source if resume_dir is not None and resume_source else str(source)
+        if resume_dir is not None and resume_done is not None:
+            resume_done()
         log.info("resumed from %s at step %d (data position %s)", source, step, stream.position())
     ddp_model = dist.wrap_ddp(model, device)
 
@@ -642,7 +645,7 @@ def _experiment(config: PretrainConfig) -> str:
 
 def _work(config: PretrainConfig, plan: Plan, tracker: Tracker, worker: Worker) -> dict[str, Any]:
     return pretrain(config, tracker, device=worker.device, store=worker.store, resume_dir=worker.resume_dir,
-                    resume_source=worker.resume_source, hooks=worker.hooks, inputs=plan.inputs,
+                    resume_source=worker.resume_source, resume_done=worker.resume_done, hooks=worker.hooks, inputs=plan.inputs,
                     preemption=worker.preemption)
 
 

@@ -77,6 +77,10 @@ class Worker:
     # Where that checkpoint lives (its s3:// URI or shared path): resume_dir is a local copy that other
     # machines cannot read, so manifests and tags name this instead.
     resume_source: str | None = None
+    # Called once the step has read resume_dir: the launcher deletes its local copy then, not at the end of the
+    # run (held for hours, it is one more checkpoint on the node's disk, and it stays there when the worker is
+    # killed: a restart kills every worker of the group).
+    resume_done: Callable[[], None] | None = None
     hooks: tuple[StepHook, ...] = ()
     preemption: Preemption | None = None  # drain notices (Ray Train); None: none come
 

@@ -114,6 +114,15 @@ def _when_signalled(uri: str, act, timeout: float = 240.0) -> threading.Thread:
     return thread
 
 
+def _checkpoint_copies() -> set[str]:
+    """Local copies of restored checkpoints on this machine (every node of the loopback cluster): ours, and the
+    ones Checkpoint.as_directory makes."""
+    from bert_core.launch.ray_train import RESTORE_PREFIX
+
+    root = Path(tempfile.gettempdir())
+    return {p.name for pattern in (f"{RESTORE_PREFIX}*", "checkpoint_tmp_*") for p in root.glob(pattern) if p.is_dir()}
+
+
 def test_drain_notice_loses_no_step(cluster, s3_env):
     make, reference = s3_env
     name = "drained"
@@ -159,6 +168,7 @@ def test_node_lost_without_notice_shrinks_the_group_which_grows_back_when_it_ret
         cluster.restart_worker(lost[0])
 
     watchers = [_when_signalled(lost_uri, machine_vanishes), _when_signalled(shrunk_uri, machine_returns)]
+    copies_before = _checkpoint_copies()
     # Step 12: rank 1's node is killed (the last checkpoint is step 10's). Step 17 of the shrunk group: the node
     # comes back, and the one worker waits there, inside a hook, for Ray Train's resize: so it reaches no step
     # boundary to take the checkpoint a group that can grow takes (tested in process in test_pretrain.py), and the
@@ -181,6 +191,9 @@ def test_node_lost_without_notice_shrinks_the_group_which_grows_back_when_it_ret
         assert {r["world"] for r in steps} == {steps[0]["world"]}
     assert result["training"]["world_size"] == 2
     _assert_same_weights(_weights(config.output), reference)
+    # The shrunk group's worker, killed by the resize, had read its local copy of step 10's checkpoint: deleted
+    # then, it is not left on the node's disk (Ray's as_directory left one per killed worker).
+    assert _checkpoint_copies() == copies_before
     # Both resizes are in the run's MLflow record: the world size by step and one readable line each.
     import mlflow
 

@@ -1,6 +1,7 @@
 """Where a Ray Train run keeps its state (ray_train.storage_path): every node, and a retry of the run on another
 machine (an Airflow task retried on another Celery worker), must see it."""
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -39,3 +40,45 @@ def test_a_restored_checkpoint_is_named_by_where_it_lives(tmp_path):
     assert checkpoint_uri(s3) == "s3://work/pretraining/ray_results/run/checkpoint_000002"
     local = SimpleNamespace(filesystem=SimpleNamespace(type_name="local"), path=str(tmp_path / "checkpoint_000002"))
     assert checkpoint_uri(local) == str(tmp_path / "checkpoint_000002")
+
+
+def test_a_remote_checkpoint_is_copied_only_while_the_step_reads_it(tmp_path, monkeypatch):
+    """A worker's local copy of the checkpoint it resumes from is gone once the step has read it (Ray's
+    as_directory kept it for the whole run and left it on the disk when the worker was killed); copies of
+    processes that are gone are deleted by the next worker; a checkpoint on a shared disk is read in place."""
+    import contextlib
+    import subprocess
+
+    import pyarrow.fs
+    from ray.train import Checkpoint
+
+    from bert_core.launch.ray_train import RESTORE_PREFIX, restore_checkpoint
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    saved = tmp_path / "bucket" / "run" / "step-00000010"
+    saved.mkdir(parents=True)
+    (saved / "training_state.pt").write_bytes(b"state")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left_by_dead = tmp_path / "tmp" / f"{RESTORE_PREFIX}{dead.pid}-abc"
+    left_by_live = tmp_path / "tmp" / f"{RESTORE_PREFIX}{os.getpid()}-def"
+    for d in (left_by_dead, left_by_live):
+        d.mkdir()
+
+    # Not the local filesystem (as S3 is not): downloaded.
+    remote = Checkpoint("run/step-00000010", filesystem=pyarrow.fs.SubTreeFileSystem(
+        str(tmp_path / "bucket"), pyarrow.fs.LocalFileSystem()))
+    with contextlib.ExitStack() as cleanup:
+        local = restore_checkpoint(remote, cleanup)
+        assert local.parent == tmp_path / "tmp" and local.name.startswith(f"{RESTORE_PREFIX}{os.getpid()}-")
+        assert (local / "training_state.pt").read_bytes() == b"state"
+        assert not left_by_dead.exists() and left_by_live.exists()
+        cleanup.close()  # what the step calls once it has read the files
+        assert not local.exists()
+    assert saved.exists()
+
+    shared = Checkpoint.from_directory(str(saved))
+    with contextlib.ExitStack() as cleanup:
+        assert restore_checkpoint(shared, cleanup) == saved
+    assert saved.exists()
