@@ -10,6 +10,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 
 
 class AirflowApi:
@@ -24,8 +25,8 @@ class AirflowApi:
         """One request; a server error (5xx) is tried again, up to `attempts` times, a second apart, and one that
         stays is raised with the server's answer in the message. Seen on the SQLite stack under load (`airflow
         standalone` on SQLite is Airflow's development setup): a trigger answered 500 while a stopped run's tasks
-        were writing their states, most likely the database's write lock. A failed write is rolled back, so a
-        retried trigger makes one run; a 500 after the commit (not seen) would make a second one."""
+        were writing their states, most likely the database's write lock. A write that failed is rolled back;
+        one that was committed before the error is why `trigger` names its run (a retry then gets 409)."""
         request = urllib.request.Request(self.base_url + path, method=method,
                                          data=json.dumps(body).encode() if body is not None else None,
                                          headers={"Content-Type": "application/json"})
@@ -62,10 +63,26 @@ class AirflowApi:
         dag = self.get(f"/api/v2/dags/{dag_id}")
         due = dag.get("next_dagrun_logical_date")
         logical_date = due if due and dt.datetime.fromisoformat(due) <= dt.datetime.now(dt.UTC) else None
-        run_id = self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns",
-                           {"logical_date": logical_date, "conf": conf})["dag_run_id"]
+        # Named here, so that a retried POST whose first try was committed (answered 5xx all the same) finds its
+        # run (409) instead of starting a second one.
+        run_id = f"manual__{dt.datetime.now(dt.UTC).isoformat()}_{uuid.uuid4().hex[:8]}"
+        try:
+            self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns",
+                      {"dag_run_id": run_id, "logical_date": logical_date, "conf": conf})
+        except urllib.error.HTTPError as exc:
+            if exc.code != 409 or self._run_conf(dag_id, run_id) != conf:
+                raise
         self.call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
         return run_id
+
+    def _run_conf(self, dag_id: str, run_id: str) -> dict | None:
+        """The conf of run `run_id`, None when there is no such run."""
+        try:
+            return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}").get("conf")
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
 
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float) -> dict:
         """The run once it succeeded or failed (or as it is after `timeout` seconds)."""
