@@ -320,7 +320,8 @@ class BertModel(BertPreTrainedModel):
         self.static_graph = False
         self.init_weights()
 
-    def _check_inputs(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor | None) -> None:
+    def _check_inputs(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor | None) -> bool:
+        """Raise on inputs the model cannot take; whether the batch has padding (False under static_graph)."""
         cfg = self.config
         if input_ids.dim() != 2:
             raise BertPipelineError(f"input_ids must be [batch, seq], got shape {tuple(input_ids.shape)}")
@@ -334,23 +335,28 @@ class BertModel(BertPreTrainedModel):
         if input_ids.numel() == 0:
             raise BertPipelineError("input_ids is empty")
         if self.static_graph:
-            return
-        # An out-of-range id is a CUDA device assert or an opaque IndexError otherwise.
-        lo, hi = int(input_ids.min()), int(input_ids.max())
+            return False
+        # An out-of-range id is a CUDA device assert or an opaque IndexError otherwise. The values come back in one
+        # transfer: on a GPU each one is a wait for the device, every step.
+        stats = [input_ids.min(), input_ids.max(), token_type_ids.min(), token_type_ids.max()]
+        if attention_mask is not None:
+            stats.append((attention_mask == 0).any())
+        lo, hi, type_lo, type_hi, *padded = torch.stack([v.to(torch.long) for v in stats]).tolist()
         if lo < 0 or hi >= cfg.vocab_size:
             bad = lo if lo < 0 else hi
             raise BertPipelineError(f"token id {bad} is outside the vocabulary (vocab_size={cfg.vocab_size}); "
                                     "was the input encoded with this model's vocab.txt?")
-        lo, hi = int(token_type_ids.min()), int(token_type_ids.max())
-        if lo < 0 or hi >= cfg.type_vocab_size:
-            raise BertPipelineError(f"token_type_ids must be in [0, {cfg.type_vocab_size}), got {lo if lo < 0 else hi}")
+        if type_lo < 0 or type_hi >= cfg.type_vocab_size:
+            raise BertPipelineError(f"token_type_ids must be in [0, {cfg.type_vocab_size}), got "
+                                    f"{type_lo if type_lo < 0 else type_hi}")
+        return bool(padded and padded[0])
 
-    def _layout(self, input_ids: Tensor, attention_mask: Tensor | None) -> _Layout:
+    def _layout(self, input_ids: Tensor, attention_mask: Tensor | None, padded: bool) -> _Layout:
         batch, seq = input_ids.shape
         if self.static_graph:
             key_mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
             return _Layout(batch, seq, None, key_mask)
-        if attention_mask is None or bool(attention_mask.bool().all()):
+        if attention_mask is None or not padded:
             return _Layout(batch, seq, None, None)
         key_mask = attention_mask.bool()[:, None, None, :]
         indices = attention_mask.reshape(-1).nonzero().squeeze(1)
@@ -365,8 +371,8 @@ class BertModel(BertPreTrainedModel):
     ) -> BertModelOutput:
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        self._check_inputs(input_ids, token_type_ids, attention_mask)
-        layout = self._layout(input_ids, attention_mask)
+        padded = self._check_inputs(input_ids, token_type_ids, attention_mask)
+        layout = self._layout(input_ids, attention_mask, padded)
         x = self.embeddings(input_ids, token_type_ids, layout)
         all_layers = [] if output_all_encoded_layers else None
         for layer in self.encoder.layer:

@@ -298,6 +298,29 @@ def test_bad_inputs_have_clear_errors():
         model(torch.ones(1, 4, dtype=torch.long), attention_mask=torch.ones(1, 5))
 
 
+def test_the_forward_reads_values_from_the_device_at_most_twice():
+    """On a GPU every value read (.item(), int(), nonzero) waits for the device: the input checks come back in one
+    transfer (tolist, not counted below) and only a padded batch asks where its real tokens are (nonzero)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Reads(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__.split(".")[0] in ("_local_scalar_dense", "nonzero", "is_nonzero", "equal"):
+                self.seen.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    model = modeling.BertForPreTraining(SMALL).train()
+    ids, types, mask = mixed_batch(SMALL, [12, 5], seq=12)
+    for attention_mask, expected in ((mask, ["nonzero.default"]), (torch.ones_like(mask), []), (None, [])):
+        with Reads() as reads:
+            model(ids, types, attention_mask)
+        assert reads.seen == expected, (attention_mask, reads.seen)
+
+
 def test_bf16_autocast_runs_and_stays_close():
     model = modeling.BertForSequenceClassification(SMALL).eval()
     ids, types, mask = mixed_batch(SMALL, [12, 5], seq=12)
