@@ -81,7 +81,7 @@ def resolve_shard_uris(spec: str) -> list[tuple[str, Path]]:
         if storage.is_s3(part):
             prefix, pattern = _split_glob(part)
             root = storage.local_dir(prefix)
-            found = sorted((storage.join(prefix, str(p.relative_to(root))), p) for p in root.rglob("*")
+            found = sorted((storage.source_uri(p), p) for p in root.rglob("*")
                            if p.is_file() and fnmatch.fnmatch(str(p.relative_to(root)), pattern))
         else:
             local = storage.local_path(part)
