@@ -183,6 +183,7 @@ def test_trigger_bert_demo_from_the_airflow_ui(local_stack, browser):
     assert run["triggered_by"] == "ui"
     assert {k: run["conf"][k] for k in conf} == conf, "the run's conf is not what the form was given"
     run_id = run["dag_run_id"]
+    _unpaused_by_the_form(browser, api, "bert_demo")
     _idle(browser)
 
     run = api.wait_for_run("bert_demo", run_id, timeout=RUN_TIMEOUT_S)
@@ -190,7 +191,7 @@ def test_trigger_bert_demo_from_the_airflow_ui(local_stack, browser):
     _wait(browser, lambda d: run_id in (text := d.find_element(By.TAG_NAME, "body").text)
           and run["state"] in text.lower(), message=f"the run page does not show run {run_id} {run['state']}")
     _shot(browser, "03-run-finished.png")
-    assert run["state"] == "success", api.failed_tasks("bert_demo", run_id) + _why_not_running(api, "bert_demo")
+    assert run["state"] == "success", api.failed_tasks("bert_demo", run_id) + _why_not_running(api, local_stack, "bert_demo")
 
     # The tasks used the stack's MLflow server (not an embedded store) and registered the demo's models there.
     summary = json.loads((work_dir / "demo_summary.json").read_text())
@@ -266,12 +267,24 @@ def _settled(driver, element) -> None:
         "the form kept changing its size")
 
 
-def _why_not_running(api: AirflowApi, dag_id: str) -> str:
-    """What keeps a run queued: its DAG still paused (the form's "Unpause on trigger" did not take; seen once in
-    the full suite on 2 busy cores, never alone), or a scheduler without a recent heartbeat."""
+def _unpaused_by_the_form(driver, api: AirflowApi, dag_id: str) -> None:
+    """Until the DAG is unpaused: the form sends "Unpause on trigger" (a PATCH of the DAG) after the trigger, so
+    leaving the page as soon as the run exists could cancel it on a busy machine (seen twice in the full suite: the
+    run stayed queued, its DAG paused)."""
+    _wait(driver, lambda d: not api.get(f"/api/v2/dags/{dag_id}")["is_paused"], timeout=60,
+          message=f"{dag_id} is still paused after a trigger with 'Unpause {dag_id} on trigger' ticked")
+
+
+def _why_not_running(api: AirflowApi, stack, dag_id: str) -> str:
+    """What keeps a run queued: its DAG still paused (the form's "Unpause on trigger" did not take: seen in the
+    full suite on 2 busy cores, never alone), or a scheduler without a recent heartbeat; and the API's answers to
+    the requests that change the DAG (the UI's unpause is a PATCH of /api/v2/dags/<dag_id>)."""
     paused = api.get(f"/api/v2/dags/{dag_id}")["is_paused"]
     scheduler = api.get("/api/v2/monitor/health").get("scheduler", {})
-    return f"\n{dag_id} paused: {paused}; scheduler: {scheduler}"
+    log = (stack.logs / "airflow.log").read_text(errors="replace").splitlines()
+    changes = [line[-400:] for line in log if ("method=PATCH" in line or "method=POST" in line) and dag_id in line
+               or "database is locked" in line]
+    return f"\n{dag_id} paused: {paused}; scheduler: {scheduler}\n" + "\n".join(changes[-20:])
 
 
 def _open_trigger_form(driver, stack, dag_id: str):
@@ -316,6 +329,7 @@ def test_trigger_forms_start_with_their_defaults_and_bad_conf_fails_the_plan(loc
                                      if r["dag_run_id"] not in before], timeout=60,
                  message=f"no new {dag_id} run after Trigger")
     run = runs[0]
+    _unpaused_by_the_form(browser, api, dag_id)
     _idle(browser)
     assert run["triggered_by"] == "ui" and {k: run["conf"].get(k) for k in defaults} == defaults
     # Started is enough here (a default run takes minutes on 2 cores): stop it.
@@ -335,7 +349,7 @@ def test_trigger_forms_start_with_their_defaults_and_bad_conf_fails_the_plan(loc
     created = api.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": bad[0]})
     finished = api.wait_for_run(dag_id, created["dag_run_id"], timeout=300)
     airflow_log = (local_stack.logs / "airflow.log").read_text(errors="replace")[-4000:]
-    assert finished["state"] == "failed", f"{finished}{_why_not_running(api, dag_id)}\nairflow.log ends:\n{airflow_log}"
+    assert finished["state"] == "failed", f"{finished}{_why_not_running(api, local_stack, dag_id)}\nairflow.log ends:\n{airflow_log}"
     states = {t["task_id"]: t["state"] for t in api.get(
         f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(created['dag_run_id'], safe='')}/taskInstances"
     )["task_instances"]}
