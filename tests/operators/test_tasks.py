@@ -42,7 +42,7 @@ def test_plans(tmp_path, monkeypatch, minilm_dir):
     demo_defaults = {name: param.value for name, param in bert_demo.PARAMS.items()}
     demo = plan_demo.plan({**demo_defaults, "model": str(minilm_dir)}, "r1", bert_demo.DEMO)
     assert demo.vocab == str(minilm_dir / "vocab.txt") and demo.work_dir.endswith("/demo/r1")
-    assert demo.pretrain["num_steps"] == bert_demo.DEMO.pretrain["num_steps"] == 400
+    assert demo.pretrain["num_steps"] == bert_demo.DEMO.pretrain["num_steps"] == 500
     assert demo.finetune["squad"].settings["max_seq_length"] == 64
     assert plan_demo.DemoPlan.from_json(demo.to_json()) == demo
 
@@ -238,7 +238,7 @@ def test_demo_params_are_the_library_fields_and_keep_the_old_names(tmp_path, mon
 
     monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
     defaults = {name: param.value for name, param in PARAMS.items()}
-    assert defaults["pretrain_num_steps"] == DEMO.pretrain["num_steps"] == 400
+    assert defaults["pretrain_num_steps"] == DEMO.pretrain["num_steps"] == 500
     assert "Library default: 2e-05" in PARAMS["finetune_lr"].description
 
     def plan(**conf):
