@@ -191,7 +191,8 @@ def test_trigger_bert_demo_from_the_airflow_ui(local_stack, browser):
     _wait(browser, lambda d: run_id in (text := d.find_element(By.TAG_NAME, "body").text)
           and run["state"] in text.lower(), message=f"the run page does not show run {run_id} {run['state']}")
     _shot(browser, "03-run-finished.png")
-    assert run["state"] == "success", api.failed_tasks("bert_demo", run_id) + _why_not_running(api, local_stack, "bert_demo")
+    assert run["state"] == "success", (api.failed_tasks("bert_demo", run_id)
+                                       + _why_not_running(api, local_stack, "bert_demo"))
 
     # The tasks used the stack's MLflow server (not an embedded store) and registered the demo's models there.
     summary = json.loads((work_dir / "demo_summary.json").read_text())
@@ -268,9 +269,10 @@ def _settled(driver, element) -> None:
 
 
 def _unpaused_by_the_form(driver, api: AirflowApi, dag_id: str) -> None:
-    """Until the DAG is unpaused: the form sends "Unpause on trigger" (a PATCH of the DAG) after the trigger, so
-    leaving the page as soon as the run exists could cancel it on a busy machine (seen twice in the full suite: the
-    run stayed queued, its DAG paused)."""
+    """Until the DAG is unpaused: "Unpause on trigger" is a PATCH of the DAG the form sends besides the trigger;
+    leaving the page as soon as the run existed most likely cancelled it on a busy machine (twice in the full
+    suite the run stayed queued with its DAG paused and the scheduler healthy; not seen since this wait).
+    A DAG still paused after 60 s fails here, naming the checkbox."""
     _wait(driver, lambda d: not api.get(f"/api/v2/dags/{dag_id}")["is_paused"], timeout=60,
           message=f"{dag_id} is still paused after a trigger with 'Unpause {dag_id} on trigger' ticked")
 

@@ -312,9 +312,9 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
 
     `inputs`: the input hashes when a launcher already checked the inputs and the output (its Plan);
     otherwise rank 0 does it here. `resume_source`: where `resume_dir` (a local copy) came from, recorded as
-    the run's `resumed_from`; `resume_done` is called once it has been read. `hooks` are called after every optimizer step (StepHook). `preemption`:
-    asked after every --preemption-check-interval steps whether a node got a drain notice; then a
-    checkpoint is saved at once, training goes on while the notice's deadline leaves room for more steps
+    the run's `resumed_from`; `resume_done` is called once it has been read (the launcher deletes its copy).
+    `hooks` are called after every optimizer step (StepHook). `preemption`: asked after every
+    --preemption-check-interval steps whether a node got a drain notice; then a checkpoint is saved at once, training goes on while the notice's deadline leaves room for more steps
     and one more checkpoint (Preemption.steps_left), and after that checkpoint the workers hold until the
     launcher restarts the group without the node. An elastic group below its maximum also checkpoints once
     a larger group could start (Preemption.grow_possible), so that the launcher's resize continues from there."""
@@ -645,8 +645,8 @@ def _experiment(config: PretrainConfig) -> str:
 
 def _work(config: PretrainConfig, plan: Plan, tracker: Tracker, worker: Worker) -> dict[str, Any]:
     return pretrain(config, tracker, device=worker.device, store=worker.store, resume_dir=worker.resume_dir,
-                    resume_source=worker.resume_source, resume_done=worker.resume_done, hooks=worker.hooks, inputs=plan.inputs,
-                    preemption=worker.preemption)
+                    resume_source=worker.resume_source, resume_done=worker.resume_done, hooks=worker.hooks,
+                    inputs=plan.inputs, preemption=worker.preemption)
 
 
 # How bert_core.launch runs pretraining, in this process or on Ray Train.
