@@ -245,7 +245,13 @@ def _worker(payload: dict[str, Any]) -> dict[str, Any]:
         worker = Worker(device, RayCheckpointStore() if spec.resumable else None, resume_dir=resume_dir,
                         resume_source=checkpoint_uri(checkpoint) if checkpoint else None,
                         resume_done=local_copy.close, hooks=payload["hooks"], preemption=preemption)
-        return spec.work(config, payload["plan"], tracker, worker)
+        try:
+            return spec.work(config, payload["plan"], tracker, worker)
+        finally:
+            if spec.resumable:
+                # Workers of a group Ray Train killed while they were still reading their copy may have been
+                # alive when this group's workers looked at the start; they are gone by now.
+                sweep_restored_copies()
 
 
 RESTORE_PREFIX = "bert-resume-"  # <tmp>/bert-resume-<pid>-*: a worker's local copy of the checkpoint it resumes from
@@ -262,26 +268,36 @@ def restore_checkpoint(checkpoint: Checkpoint, cleanup: contextlib.ExitStack) ->
     the next worker on the node."""
     if getattr(checkpoint.filesystem, "type_name", "local") == "local" and Path(checkpoint.path).is_dir():
         return Path(checkpoint.path)
-    root = Path(tempfile.gettempdir())
-    for stale in root.glob(f"{RESTORE_PREFIX}*"):
-        pid = stale.name[len(RESTORE_PREFIX):].split("-")[0]
-        if pid.isdigit() and not _process_alive(int(pid)):
-            log.info("deleting %s (a checkpoint copy of process %s, which is gone)", stale, pid)
-            shutil.rmtree(stale, ignore_errors=True)
-    local = Path(tempfile.mkdtemp(prefix=f"{RESTORE_PREFIX}{os.getpid()}-", dir=root))
+    sweep_restored_copies()
+    local = Path(tempfile.mkdtemp(prefix=f"{RESTORE_PREFIX}{os.getpid()}-", dir=tempfile.gettempdir()))
     cleanup.callback(shutil.rmtree, local, ignore_errors=True)
     checkpoint.to_directory(str(local))
     return local
 
 
+def sweep_restored_copies() -> None:
+    """Delete this node's checkpoint copies whose process is gone (killed before it had read its copy)."""
+    for stale in Path(tempfile.gettempdir()).glob(f"{RESTORE_PREFIX}*"):
+        pid = stale.name[len(RESTORE_PREFIX):].split("-")[0]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            log.info("deleting %s (a checkpoint copy of process %s, which is gone)", stale, pid)
+            shutil.rmtree(stale, ignore_errors=True)
+
+
 def _process_alive(pid: int) -> bool:
+    """Whether `pid` runs; a zombie does not (a killed raylet's workers are reparented to a PID 1 that, in a
+    container, may never reap them)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
         return True
-    return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):  # no /proc (macOS): os.kill's answer stands
+        return True
+    return state not in ("Z", "X")
 
 
 def checkpoint_uri(checkpoint: Any) -> str:

@@ -2,6 +2,8 @@
 machine (an Airflow task retried on another Celery worker), must see it."""
 
 import os
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -61,9 +63,13 @@ def test_a_remote_checkpoint_is_copied_only_while_the_step_reads_it(tmp_path, mo
     (saved / "training_state.pt").write_bytes(b"state")
     dead = subprocess.Popen(["true"])
     dead.wait()
+    zombie = subprocess.Popen(["true"])  # exited, not yet reaped: what a killed raylet's workers become
+    while not Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+        time.sleep(0.01)
     left_by_dead = tmp_path / "tmp" / f"{RESTORE_PREFIX}{dead.pid}-abc"
+    left_by_zombie = tmp_path / "tmp" / f"{RESTORE_PREFIX}{zombie.pid}-ghi"
     left_by_live = tmp_path / "tmp" / f"{RESTORE_PREFIX}{os.getpid()}-def"
-    for d in (left_by_dead, left_by_live):
+    for d in (left_by_dead, left_by_zombie, left_by_live):
         d.mkdir()
 
     # Not the local filesystem (as S3 is not): downloaded.
@@ -73,10 +79,11 @@ def test_a_remote_checkpoint_is_copied_only_while_the_step_reads_it(tmp_path, mo
         local = restore_checkpoint(remote, cleanup)
         assert local.parent == tmp_path / "tmp" and local.name.startswith(f"{RESTORE_PREFIX}{os.getpid()}-")
         assert (local / "training_state.pt").read_bytes() == b"state"
-        assert not left_by_dead.exists() and left_by_live.exists()
+        assert not left_by_dead.exists() and not left_by_zombie.exists() and left_by_live.exists()
         cleanup.close()  # what the step calls once it has read the files
         assert not local.exists()
     assert saved.exists()
+    zombie.wait()
 
     shared = Checkpoint.from_directory(str(saved))
     with contextlib.ExitStack() as cleanup:
