@@ -28,6 +28,7 @@ import hashlib
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import time
 import uuid
@@ -254,7 +255,7 @@ def _worker(payload: dict[str, Any]) -> dict[str, Any]:
                 sweep_restored_copies()
 
 
-RESTORE_PREFIX = "bert-resume-"  # <tmp>/bert-resume-<pid>-*: a worker's local copy of the checkpoint it resumes from
+RESTORE_PREFIX = "bert-resume-"  # <tmp>/bert-resume-<host>-<pid>-*: a worker's local copy of the checkpoint it resumes from
 
 
 def restore_checkpoint(checkpoint: Checkpoint, cleanup: contextlib.ExitStack) -> Path:
@@ -264,12 +265,12 @@ def restore_checkpoint(checkpoint: Checkpoint, cleanup: contextlib.ExitStack) ->
     Not Checkpoint.as_directory: its download lives for the whole `with` and is deleted by the last process on
     the node to leave it, so a killed worker's copy stays on the disk for good, and Ray Train kills every worker
     of a group it restarts: one checkpoint left per surviving worker per lost node (a BERT-large checkpoint
-    with its optimizer state is 4 GB). Copies of workers that were killed while downloading are deleted here by
-    the next worker on the node."""
+    with its optimizer state is 4 GB). Copies of workers killed before they had read theirs are deleted by the
+    next resumable worker on the node, when it starts and when it ends (sweep_restored_copies)."""
     if getattr(checkpoint.filesystem, "type_name", "local") == "local" and Path(checkpoint.path).is_dir():
         return Path(checkpoint.path)
     sweep_restored_copies()
-    local = Path(tempfile.mkdtemp(prefix=f"{RESTORE_PREFIX}{os.getpid()}-", dir=tempfile.gettempdir()))
+    local = Path(tempfile.mkdtemp(prefix=f"{_restore_prefix()}{os.getpid()}-", dir=tempfile.gettempdir()))
     cleanup.callback(shutil.rmtree, local, ignore_errors=True)
     checkpoint.to_directory(str(local))
     return local
@@ -277,11 +278,18 @@ def restore_checkpoint(checkpoint: Checkpoint, cleanup: contextlib.ExitStack) ->
 
 def sweep_restored_copies() -> None:
     """Delete this node's checkpoint copies whose process is gone (killed before it had read its copy)."""
-    for stale in Path(tempfile.gettempdir()).glob(f"{RESTORE_PREFIX}*"):
-        pid = stale.name[len(RESTORE_PREFIX):].split("-")[0]
+    prefix = _restore_prefix()
+    for stale in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        pid = stale.name[len(prefix):].split("-")[0]
         if pid.isdigit() and not _process_alive(int(pid)):
             log.info("deleting %s (a checkpoint copy of process %s, which is gone)", stale, pid)
             shutil.rmtree(stale, ignore_errors=True)
+
+
+def _restore_prefix() -> str:
+    """The copies' name up to the pid. The host name is in it: pods sharing a node's /tmp (a hostPath) share no
+    pid namespace, and a pid says whether a copy's process is alive only on the host that named it."""
+    return f"{RESTORE_PREFIX}{socket.gethostname()}-"
 
 
 def _process_alive(pid: int) -> bool:

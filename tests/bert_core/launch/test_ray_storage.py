@@ -2,6 +2,7 @@
 machine (an Airflow task retried on another Celery worker), must see it."""
 
 import os
+import socket
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -66,10 +67,13 @@ def test_a_remote_checkpoint_is_copied_only_while_the_step_reads_it(tmp_path, mo
     zombie = subprocess.Popen(["true"])  # exited, not yet reaped: what a killed raylet's workers become
     while not Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
         time.sleep(0.01)
-    left_by_dead = tmp_path / "tmp" / f"{RESTORE_PREFIX}{dead.pid}-abc"
-    left_by_zombie = tmp_path / "tmp" / f"{RESTORE_PREFIX}{zombie.pid}-ghi"
-    left_by_live = tmp_path / "tmp" / f"{RESTORE_PREFIX}{os.getpid()}-def"
-    for d in (left_by_dead, left_by_zombie, left_by_live):
+    here = f"{RESTORE_PREFIX}{socket.gethostname()}-"
+    left_by_dead = tmp_path / "tmp" / f"{here}{dead.pid}-abc"
+    left_by_zombie = tmp_path / "tmp" / f"{here}{zombie.pid}-ghi"
+    left_by_live = tmp_path / "tmp" / f"{here}{os.getpid()}-def"
+    # Another host's copy, beside ours in a /tmp the two share: its pid means nothing here.
+    left_on_another_host = tmp_path / "tmp" / f"{RESTORE_PREFIX}another-host-{dead.pid}-jkl"
+    for d in (left_by_dead, left_by_zombie, left_by_live, left_on_another_host):
         d.mkdir()
 
     # Not the local filesystem (as S3 is not): downloaded.
@@ -77,9 +81,10 @@ def test_a_remote_checkpoint_is_copied_only_while_the_step_reads_it(tmp_path, mo
         str(tmp_path / "bucket"), pyarrow.fs.LocalFileSystem()))
     with contextlib.ExitStack() as cleanup:
         local = restore_checkpoint(remote, cleanup)
-        assert local.parent == tmp_path / "tmp" and local.name.startswith(f"{RESTORE_PREFIX}{os.getpid()}-")
+        assert local.parent == tmp_path / "tmp" and local.name.startswith(f"{here}{os.getpid()}-")
         assert (local / "training_state.pt").read_bytes() == b"state"
-        assert not left_by_dead.exists() and not left_by_zombie.exists() and left_by_live.exists()
+        assert not left_by_dead.exists() and not left_by_zombie.exists()
+        assert left_by_live.exists() and left_on_another_host.exists()
         cleanup.close()  # what the step calls once it has read the files
         assert not local.exists()
     assert saved.exists()
