@@ -123,6 +123,22 @@ def _checkpoint_copies() -> set[str]:
     return {p.name for pattern in (f"{RESTORE_PREFIX}*", "checkpoint_tmp_*") for p in root.glob(pattern) if p.is_dir()}
 
 
+def _whose(copy: str) -> str:
+    """The process a checkpoint copy's name gives, as /proc sees it now (for a failure's message)."""
+    import socket
+
+    from bert_core.launch.ray_train import RESTORE_PREFIX
+
+    pid = copy.removeprefix(f"{RESTORE_PREFIX}{socket.gethostname()}-").split("-")[0]
+    if not pid.isdigit():
+        return "a copy Checkpoint.as_directory made"
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return f"pid {pid}: state {stat.rsplit(')', 1)[1].split()[0]}, {stat[stat.index('('):stat.rindex(')') + 1]}"
+    except (OSError, ValueError):
+        return f"pid {pid}: gone"
+
+
 def test_drain_notice_loses_no_step(cluster, s3_env):
     make, reference = s3_env
     name = "drained"
@@ -193,7 +209,8 @@ def test_node_lost_without_notice_shrinks_the_group_which_grows_back_when_it_ret
     _assert_same_weights(_weights(config.output), reference)
     # The shrunk group's worker, killed by the resize, had read its local copy of step 10's checkpoint: deleted
     # then, it is not left on the node's disk (Ray's as_directory left one per killed worker).
-    assert _checkpoint_copies() == copies_before
+    left = _checkpoint_copies() - copies_before
+    assert not left, {name: _whose(name) for name in left}
     # Both resizes are in the run's MLflow record: the world size by step and one readable line each.
     import mlflow
 
