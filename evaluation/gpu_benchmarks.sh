@@ -7,8 +7,8 @@
 #      transformers peer at L4/H256 on WikiText-2: held-out accuracy over time with --dtype auto (bfloat16
 #      there), float32 and float16 (loss scaling: the path older GPUs take), three seeds; the peer's lr grid.
 # Step 2 needs shards made beforehand (segmentation needs NLTK's Punkt, which such a machine may lack):
-#   python -m evaluation.pretrain_convergence --configs bert_4_256_4:1 --no-ours --peer-lrs 1e-3 \
-#       --work-dir GPU_DATA/conv     # makes GPU_DATA/conv/shards-64-10-5-0.1{,-heldout}
+#   python -m evaluation.pretrain_convergence --data-only --work-dir GPU_DATA/conv
+#       # makes GPU_DATA/conv/shards-64-10-5-0.1{,-heldout}
 # then copy the corpus to GPU_DATA/wiki_docs.txt and the vocab to GPU_DATA/vocab.txt.
 #
 #   GPU_DATA=.gpu OUT=bench-results/gpu bash evaluation/gpu_benchmarks.sh

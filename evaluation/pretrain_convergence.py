@@ -500,6 +500,9 @@ def main(argv: list[str] | None = None) -> dict:
                              "into parts run side by side (--no-ours, --peer-configs, --seeds) is merged this way")
     parser.add_argument("--no-ours", dest="ours", action="store_false",
                         help="train only the peer (a part of a benchmark run side by side; see --reuse)")
+    parser.add_argument("--data-only", action="store_true",
+                        help="only segment the corpus and make the training and held-out shards under --work-dir "
+                             "(what a later run there reuses, e.g. on a GPU machine without NLTK's Punkt), then stop")
     parser.add_argument("--out-json", default="bench-results/pretrain_convergence.json",
                         help="every evaluation of every run, and the figures, as JSON")
     parser.add_argument("--plot", default=None, help="PNG of accuracy against time (default: next to --out-json)")
@@ -533,13 +536,21 @@ def main(argv: list[str] | None = None) -> dict:
         tmp.write_text(json.dumps({**results, "models": {**results["models"], model: entry}}, indent=2) + "\n")
         tmp.replace(out_json)
 
+    def settings(model: str, steps: int) -> ConvergenceRun:
+        return ConvergenceRun(config=model, steps=steps, batch_size=args.batch_size,
+                              max_seq_length=args.max_seq_length, max_predictions=args.max_predictions,
+                              dupe_factor=args.dupe_factor, holdout_fraction=args.holdout_fraction,
+                              eval_every=args.eval_every, eval_batches=args.eval_batches,
+                              peer_lrs=tuple(args.peer_lrs), seeds=tuple(args.seeds),
+                              peer_seeds=tuple(args.peer_seeds), dtype=args.dtype, threads=args.threads,
+                              device=args.device)
+
+    if args.data_only:  # the shards depend on the data settings only, not on the model
+        train, heldout = prepare_data(args.corpus, args.vocab, work, settings(*next(iter(steps_of.items()))))
+        print(f"training shards: {train}; held-out shards: {heldout}")
+        return {"data": {"train": train, "heldout": heldout}}
     for model, steps in steps_of.items():
-        run = ConvergenceRun(config=model, steps=steps, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
-                             max_predictions=args.max_predictions, dupe_factor=args.dupe_factor,
-                             holdout_fraction=args.holdout_fraction, eval_every=args.eval_every,
-                             eval_batches=args.eval_batches, peer_lrs=tuple(args.peer_lrs), seeds=tuple(args.seeds),
-                             peer_seeds=tuple(args.peer_seeds),
-                             dtype=args.dtype, threads=args.threads, device=args.device)
+        run = settings(model, steps)
         runs = earlier.get(model, [])
 
         def reused(system: str, lr: float | None, steps_: int, seed: int, dtype: str, runs=runs) -> dict | None:

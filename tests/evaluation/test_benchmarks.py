@@ -139,8 +139,16 @@ def test_pretrain_convergence(tmp_path):
               "bert_2_64_2:4", "--max-seq-length", "32", "--max-predictions", "5", "--dupe-factor", "1",
               "--holdout-fraction", "0.3", "--eval-every", "2", "--eval-batches", "2", "--batch-size", "4",
               "--peer-lrs", "1e-3", "3e-3", "--seeds", "0", "1", "--our-dtypes", "float32", "--threads", "1"]
+    # --data-only makes the shards and trains nothing; the runs below take those shards.
+    done = subprocess.run([sys.executable, "-m", "evaluation.pretrain_convergence", *common, "--data-only"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    made = {p.name for p in (tmp_path / "work").iterdir()}
+    assert made == {"segmented", "shards-32-5-1-0.3", "shards-32-5-1-0.3-heldout"}, made
+    shard_times = {p: p.stat().st_mtime_ns for p in (tmp_path / "work").glob("shards-*/*.npz")}
     result = run_bench("pretrain_convergence", *common, "--our-lr-factors", "2", "--ours-step-factors", "2",
                        out=tmp_path / "conv.json")
+    assert {p: p.stat().st_mtime_ns for p in shard_times} == shard_times
     entry = result["models"]["bert_2_64_2"]
     ours, fp32, grid, seeds, (sweep,) = (entry[k] for k in ("ours", "ours_float32", "peer", "peer_seeds",
                                                             "ours_lr_sweep"))
