@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -294,13 +295,21 @@ def _write_graph(graph: torch.nn.Module, example, cfg: ExportConfig, out: Path, 
         # minimum of 2 (a length-1 dimension is specialised), a [CLS] ... [SEP] input has at least 2 tokens.
         axes[1] = torch.export.Dim("seq", min=2, max=cfg.max_seq_length)
     dynamic = {input_name: dict(axes) for input_name in INPUT_NAMES} if axes else None
-    if cfg.format == "pt2":
-        program = torch.export.export(graph, example, dynamic_shapes=dynamic)
-        torch.export.save(program, str(out / "model.pt2"))
-        return ["model.pt2"]
-    torch.onnx.export(graph, example, str(out / name), input_names=INPUT_NAMES,
-                      output_names=output_names(cfg.task), dynamo=True, dynamic_shapes=dynamic,
-                      external_data=False, verbose=False)
+    with warnings.catch_warnings():
+        # Both say nothing a user can act on: the three inputs share their batch and seq axes on purpose (the
+        # exporter warns once per input after the first that the shared name "will not be used"), and torch's
+        # own pytree code calls its deprecated LeafSpec check.
+        warnings.filterwarnings("ignore", message=r"# The axis name: .* shares the same shape constraints",
+                                category=UserWarning)
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                category=FutureWarning)
+        if cfg.format == "pt2":
+            program = torch.export.export(graph, example, dynamic_shapes=dynamic)
+            torch.export.save(program, str(out / "model.pt2"))
+            return ["model.pt2"]
+        torch.onnx.export(graph, example, str(out / name), input_names=INPUT_NAMES,
+                          output_names=output_names(cfg.task), dynamo=True, dynamic_shapes=dynamic,
+                          external_data=False, verbose=False)
     return [name]
 
 
