@@ -323,8 +323,9 @@ class BertModel(BertPreTrainedModel):
         self.static_graph = False
         self.init_weights()
 
-    def _check_inputs(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor | None) -> bool:
-        """Raise on inputs the model cannot take; whether the batch has padding (False under static_graph)."""
+    def _check_inputs(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor | None) -> int | None:
+        """Raise on inputs the model cannot take; the number of real tokens when the batch has padding, else None
+        (always None under static_graph)."""
         cfg = self.config
         if input_ids.dim() != 2:
             raise BertPipelineError(f"input_ids must be [batch, seq], got shape {tuple(input_ids.shape)}")
@@ -338,13 +339,13 @@ class BertModel(BertPreTrainedModel):
         if input_ids.numel() == 0:
             raise BertPipelineError("input_ids is empty")
         if self.static_graph:
-            return False
+            return None
         # An out-of-range id is a CUDA device assert or an opaque IndexError otherwise. The values come back in one
         # transfer: on a GPU each one is a wait for the device, every step.
         stats = [input_ids.min(), input_ids.max(), token_type_ids.min(), token_type_ids.max()]
         if attention_mask is not None:
-            stats.append((attention_mask == 0).any())
-        lo, hi, type_lo, type_hi, *padded = torch.stack([v.to(torch.long) for v in stats]).tolist()
+            stats.append((attention_mask != 0).sum())
+        lo, hi, type_lo, type_hi, *real = torch.stack([v.to(torch.long) for v in stats]).tolist()
         if lo < 0 or hi >= cfg.vocab_size:
             bad = lo if lo < 0 else hi
             raise BertPipelineError(f"token id {bad} is outside the vocabulary (vocab_size={cfg.vocab_size}); "
@@ -352,17 +353,18 @@ class BertModel(BertPreTrainedModel):
         if type_lo < 0 or type_hi >= cfg.type_vocab_size:
             raise BertPipelineError(f"token_type_ids must be in [0, {cfg.type_vocab_size}), got "
                                     f"{type_lo if type_lo < 0 else type_hi}")
-        return bool(padded and padded[0])
+        return real[0] if real and real[0] < input_ids.numel() else None
 
-    def _layout(self, input_ids: Tensor, attention_mask: Tensor | None, padded: bool) -> _Layout:
+    def _layout(self, input_ids: Tensor, attention_mask: Tensor | None, real_tokens: int | None) -> _Layout:
         batch, seq = input_ids.shape
         if self.static_graph:
             key_mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
             return _Layout(batch, seq, None, key_mask)
-        if attention_mask is None or not padded:
+        if attention_mask is None or real_tokens is None:
             return _Layout(batch, seq, None, None)
         key_mask = attention_mask.bool()[:, None, None, :]
-        indices = attention_mask.reshape(-1).nonzero().squeeze(1)
+        # Its size known from the checks' one read, so this asks the device nothing (nonzero would wait for it).
+        indices = torch.nonzero_static(attention_mask.reshape(-1), size=real_tokens).squeeze(1)
         return _Layout(batch, seq, indices, key_mask)
 
     def forward(
@@ -374,8 +376,8 @@ class BertModel(BertPreTrainedModel):
     ) -> BertModelOutput:
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        padded = self._check_inputs(input_ids, token_type_ids, attention_mask)
-        layout = self._layout(input_ids, attention_mask, padded)
+        real_tokens = self._check_inputs(input_ids, token_type_ids, attention_mask)
+        layout = self._layout(input_ids, attention_mask, real_tokens)
         x = self.embeddings(input_ids, token_type_ids, layout)
         all_layers = [] if output_all_encoded_layers else None
         for layer in self.encoder.layer:
