@@ -19,7 +19,7 @@ from bert_core.train import dist
 from evaluation.loopback_cluster import drain_node
 from evaluation.step_timeline import RecordSteps, recorded_steps
 
-__all__ = ["FailAtStep", "RecordSteps", "SignalAtStep", "recorded_steps"]
+__all__ = ["FailAtStep", "MakeDirAtStep", "RecordSteps", "SignalAtStep", "recorded_steps"]
 
 
 class FailAtStep:
@@ -35,6 +35,18 @@ class FailAtStep:
         if self.mode == "exit":
             os._exit(1)
         raise RuntimeError(f"injected failure at step {step} on rank {self.rank}")
+
+
+class MakeDirAtStep:
+    """After step `step` of a resumed attempt, on rank 0: create the directory `path` (on the worker's machine),
+    e.g. a checkpoint copy some killed worker left while this run goes on."""
+
+    def __init__(self, step: int, path: str):
+        self.step, self.path = step, path
+
+    def __call__(self, step: int, resumed: bool) -> None:
+        if resumed and step == self.step and dist.rank() == 0:
+            os.makedirs(self.path, exist_ok=True)
 
 
 class SignalAtStep:

@@ -351,7 +351,8 @@ def test_trigger_forms_start_with_their_defaults_and_bad_conf_fails_the_plan(loc
     created = api.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": bad[0]})
     finished = api.wait_for_run(dag_id, created["dag_run_id"], timeout=300)
     airflow_log = (local_stack.logs / "airflow.log").read_text(errors="replace")[-4000:]
-    assert finished["state"] == "failed", f"{finished}{_why_not_running(api, local_stack, dag_id)}\nairflow.log ends:\n{airflow_log}"
+    assert finished["state"] == "failed", (f"{finished}{_why_not_running(api, local_stack, dag_id)}"
+                                           f"\nairflow.log ends:\n{airflow_log}")
     states = {t["task_id"]: t["state"] for t in api.get(
         f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(created['dag_run_id'], safe='')}/taskInstances"
     )["task_instances"]}

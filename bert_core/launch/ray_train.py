@@ -255,7 +255,8 @@ def _worker(payload: dict[str, Any]) -> dict[str, Any]:
                 sweep_restored_copies()
 
 
-RESTORE_PREFIX = "bert-resume-"  # <tmp>/bert-resume-<host>-<pid>-*: a worker's local copy of the checkpoint it resumes from
+# <tmp>/bert-resume-<host>-<pid>-*: a worker's local copy of the checkpoint it resumes from.
+RESTORE_PREFIX = "bert-resume-"
 
 
 def restore_checkpoint(checkpoint: Checkpoint, cleanup: contextlib.ExitStack) -> Path:

@@ -314,10 +314,11 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     otherwise rank 0 does it here. `resume_source`: where `resume_dir` (a local copy) came from, recorded as
     the run's `resumed_from`; `resume_done` is called once it has been read (the launcher deletes its copy).
     `hooks` are called after every optimizer step (StepHook). `preemption`: asked after every
-    --preemption-check-interval steps whether a node got a drain notice; then a checkpoint is saved at once, training goes on while the notice's deadline leaves room for more steps
-    and one more checkpoint (Preemption.steps_left), and after that checkpoint the workers hold until the
-    launcher restarts the group without the node. An elastic group below its maximum also checkpoints once
-    a larger group could start (Preemption.grow_possible), so that the launcher's resize continues from there."""
+    --preemption-check-interval steps whether a node got a drain notice; then a checkpoint is saved at once,
+    training goes on while the notice's deadline leaves room for more steps and one more checkpoint
+    (Preemption.steps_left), and after that checkpoint the workers hold until the launcher restarts the group
+    without the node. An elastic group below its maximum also checkpoints once a larger group could start
+    (Preemption.grow_possible), so that the launcher's resize continues from there."""
     config.validate()
     started = manifest.now()
     rank, world = dist.rank(), dist.world_size()

@@ -3,7 +3,11 @@ killed mid-run with --max-failures 1 resumes from the last checkpoint and finish
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -11,9 +15,10 @@ import ray
 import torch
 
 from bert_core.errors import BertPipelineError
+from bert_core.launch.ray_train import RESTORE_PREFIX
 from bert_core.launch.run import run_step
 from bert_core.pretrain.step import PRETRAIN, PretrainConfig, pretrain
-from tests.fault_injection import FailAtStep
+from tests.fault_injection import FailAtStep, MakeDirAtStep
 from tests.recording_tracker import RecordingTracker
 from tests.synthetic_shards import tiny_model_config, write_shards
 
@@ -97,8 +102,17 @@ def test_killed_worker_resumes_from_the_last_checkpoint(ray_session, setup, trac
 
     root, make, reference, _ = setup
     killed = make("killed", batch_size=16, num_workers=2, max_failures=1, tracking=True, storage="s3://ray-ckpt/runs")
+    # A checkpoint copy of a process that is gone appears while the resumed group trains (a worker of an earlier
+    # group, killed before it had read its copy, still alive when this group started): the workers delete it as
+    # they finish.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    late_copy = Path(tempfile.gettempdir()) / f"{RESTORE_PREFIX}{socket.gethostname()}-{gone.pid}-late"
+    copies = lambda: set(Path(tempfile.gettempdir()).glob(f"{RESTORE_PREFIX}*"))  # noqa: E731
+    before = copies()
     # rank 1 dies (os._exit) after step 5, first attempt only
-    result = run_step(PRETRAIN, killed, hooks=[FailAtStep(5, rank=1, mode="exit")])
+    result = run_step(PRETRAIN, killed, hooks=[FailAtStep(5, rank=1, mode="exit"), MakeDirAtStep(7, str(late_copy))])
+    assert copies() == before  # the late copy, and the resumed workers' own copies of step 3's checkpoint
     assert result["training"]["resumed_from"] is not None  # restarted from step 3's checkpoint
     saved = storage.list_files(f"s3://ray-ckpt/runs/{run_name(PRETRAIN, killed)}")
     assert any(name.startswith("step-00000003/") for name in saved), saved[:10]
