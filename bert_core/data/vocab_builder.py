@@ -13,6 +13,9 @@ The output is `vocab.txt` plus its manifest: `DIR/vocab.txt` + `DIR/manifest.jso
 a directory, `NAME.txt` + `NAME.txt.manifest.json` beside it when it is a file name (a vocab is often
 written next to other artifacts, whose manifest.json it must not replace). Both are written to
 temporary names and renamed.
+
+The trainer is not deterministic across processes (it breaks ties in hash-map order, huggingface/tokenizers
+#1794): the same input can give a vocab that differs in a few tokens. docs/data-pipeline.md says what to keep.
 """
 
 from __future__ import annotations
