@@ -9,6 +9,7 @@ measures): `evaluation` imports bert_core and never operators, pipelines or the 
 - default_inputs: the benchmarks' default model and shared data sets (a missing one names its flag)
 - benchmarks, each run as `python -m evaluation.<name>` (installed or from a checkout; `--help` has the
   details): model_throughput, pretrain_throughput, pretrain_convergence, make_shards, finetune_accuracy,
-  serving_latency, embedding_throughput; with their helpers squad_synthetic (a templated SQuAD set) and
-  tf1_compat_run (runs Google's TF1 scripts under TensorFlow 2)
+  serving_latency, embedding_throughput, model_parity (forward and backward against transformers on a
+  device: a GPU's kernels are not the CPU's); with their helpers squad_synthetic (a templated SQuAD set)
+  and tf1_compat_run (runs Google's TF1 scripts under TensorFlow 2)
 """

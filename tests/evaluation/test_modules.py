@@ -14,7 +14,8 @@ import pytest
 from tests.paths import REPO
 
 MODULES = ["model_throughput", "pretrain_throughput", "pretrain_convergence", "make_shards", "finetune_accuracy",
-           "squad_synthetic", "serving_latency", "embedding_throughput", "tf1_compat_run", "elastic_recovery"]
+           "squad_synthetic", "serving_latency", "embedding_throughput", "tf1_compat_run", "elastic_recovery",
+           "model_parity"]
 
 
 def run_module(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
