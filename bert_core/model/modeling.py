@@ -191,16 +191,19 @@ def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None
     inputs on CPU. torch's CPU SDPA kernels are slow there: with dropout it falls back to its math path, which
     upcasts q, k, v to float32, and its flash kernel is no faster; these ops run the two products as
     bfloat16 matmuls (float32 accumulation) and are 1.7x faster with dropout, 2.7-3.4x without (BERT-base and
-    small-BERT shapes, docs/benchmarks-pretrain.md). The softmax accumulates in float32 (torch's CPU softmax
-    kernel does for bfloat16 input); the probabilities are rounded to bfloat16 for the second product, as in
-    flash attention."""
+    small-BERT shapes, docs/benchmarks-pretrain.md). The softmax runs in float32, forward and backward, and its
+    probabilities are rounded to bfloat16 for the dropout and the second product, as in flash attention. The
+    backward of a softmax, p * (g - sum(g * p)), cancels badly where p is rounded to bfloat16: with a bfloat16
+    softmax, BERT-base's key-weight gradients were 0.151 off float32's (norm of the difference over the norm),
+    3.1x transformers' own bfloat16 error (0.049), against 0.048 now (python -m evaluation.model_parity), for about
+    3 ms more per layer and step (docs/benchmarks-pretrain.md)."""
     scores = torch.matmul(q * (q.shape[-1] ** -0.5), k.transpose(-1, -2))
     if key_mask is not None:
         # Added as 0 / -inf: the same scores as masked_fill gives, but the gradient passes the addition untouched
         # where masked_fill's backward masks it again (20% faster attention forward + backward at BERT-base).
         scores = scores + torch.zeros(key_mask.shape, dtype=scores.dtype, device=scores.device).masked_fill_(
             ~key_mask, float("-inf"))
-    probs = scores.softmax(-1)
+    probs = scores.softmax(-1, dtype=torch.float32).to(q.dtype)
     if dropout_p > 0:
         probs = dropout(probs, dropout_p, True)
     return torch.matmul(probs, v)
