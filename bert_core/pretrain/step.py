@@ -141,7 +141,7 @@ def forward_sums(model: torch.nn.Module, batch: dict[str, torch.Tensor],
     with torch.no_grad():
         stats = torch.stack([
             mlm.detach(), weights.sum(), ((predicted == ids).float() * weights).sum(),
-            nsp.detach(), torch.tensor(float(len(labels)), device=nsp.device),
+            nsp.detach(), torch.full((), float(len(labels)), device=nsp.device),
             (nsp_logits.argmax(-1) == labels).float().sum(),
             batch["attention_mask"].sum().float(),
         ])
@@ -185,8 +185,9 @@ def train_step(model: torch.nn.Module, micro_batches: list[dict[str, torch.Tenso
     The loss is normalised by the global counts so that the gradient is that of the global-batch
     mean; DDP averages gradients over workers, hence the factor `world`.
     """
-    counts = torch.stack([torch.stack([b["masked_lm_weights"].sum(), torch.tensor(
-        float(len(b["next_sentence_labels"])), device=b["masked_lm_weights"].device)]) for b in micro_batches]).sum(0)
+    # torch.full, not torch.tensor: a tensor made from Python data is a host-to-GPU copy, which waits for the GPU.
+    counts = torch.stack([torch.stack([b["masked_lm_weights"].sum(), torch.full(
+        (), float(len(b["next_sentence_labels"])), device=b["masked_lm_weights"].device)]) for b in micro_batches]).sum(0)
     dist.all_reduce_sum(counts)
     mlm_total, nsp_total = counts[0].clamp_min(1e-5), counts[1].clamp_min(1.0)
     stats = torch.zeros(NUM_STATS, device=counts.device)

@@ -1,5 +1,5 @@
 """The pretraining step under bfloat16 autocast: its losses are float32 (computed in chunks, the same as in one
-piece), and the weights, their gradients and AdamW's state stay float32."""
+piece), and the weights, their gradients and AdamW's state stay float32; and on a GPU it would not wait for the device."""
 
 from __future__ import annotations
 
@@ -66,3 +66,27 @@ def test_weights_gradients_and_adamw_state_stay_float32():
     assert all(p.dtype == torch.float32 for p in net.parameters())
     states = [s for s in optimizer.state.values() if s]
     assert states and all(s["exp_avg"].dtype == s["exp_avg_sq"].dtype == torch.float32 for s in states)
+
+
+def test_the_step_makes_no_tensor_from_python_values_and_reads_nothing_back():
+    """On a GPU a tensor made from Python data (torch.tensor) is a host-to-device copy, and a value read back
+    (.item(), nonzero) a wait: either one in the middle of a step makes the host wait for the forward before it
+    queues the backward. Forward and backward (train_step) do neither; the model's input checks read their values
+    in one transfer (tolist), which is not counted here."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(func.__name__.split(".")[0])
+            return func(*args, **(kwargs or {}))
+
+    net, micro_batches = model().train(), [batch(), batch(rows=2)]
+    with Ops() as ops:
+        pretrain_step.train_step(net, micro_batches, Precision("bfloat16", "cpu"))
+    assert "mm" in ops.seen or "addmm" in ops.seen  # the mode saw the step
+    banned = {"lift_fresh", "_local_scalar_dense", "nonzero", "is_nonzero", "equal"}
+    assert [op for op in ops.seen if op in banned] == []
