@@ -5,17 +5,17 @@ CJK characters split, lower-casing and accent stripping unless cased) and pre-to
 (whitespace and punctuation), so the vocabulary fits what bert_core.model.tokenization produces.
 
 Layout, as in Google's vocabs: `[PAD]`, `[unused0]`..`[unused98]`, `[UNK]`, `[CLS]`, `[SEP]`, `[MASK]`,
-the remaining `[unusedN]` (room for task tokens later), then the learned tokens (characters first,
-then pieces, in the trainer's order). Google's vocabs have 994 unused tokens; smaller vocabularies
-get proportionally fewer unless `unused` is given.
+the remaining `[unusedN]` (room for task tokens later), then the learned tokens (characters, `##`
+characters, then pieces in the trainer's merge order). Google's vocabs have 994 unused tokens; smaller
+vocabularies get proportionally fewer unless `unused` is given.
 
 The output is `vocab.txt` plus its manifest: `DIR/vocab.txt` + `DIR/manifest.json` when the output is
 a directory, `NAME.txt` + `NAME.txt.manifest.json` beside it when it is a file name (a vocab is often
 written next to other artifacts, whose manifest.json it must not replace). Both are written to
 temporary names and renamed.
 
-The trainer is not deterministic across processes (it breaks ties in hash-map order, huggingface/tokenizers
-#1794): the same input can give a vocab that differs in a few tokens. docs/data-pipeline.md says what to keep.
+The same input and settings give the same vocab.txt, byte for byte, in any process: the trainer alone does not
+(huggingface/tokenizers#1794; train_wordpiece says how that is mended).
 """
 
 from __future__ import annotations
@@ -87,8 +87,9 @@ def _lines(files: list[tuple[str, Path]]) -> Iterator[list[str]]:
         yield batch
 
 
-def train_wordpiece(files: list[tuple[str, Path]], config: VocabConfig) -> list[str]:
-    """Learned tokens (no specials), in the trainer's id order."""
+def _trainer_vocab(files: list[tuple[str, Path]], config: VocabConfig, vocab_size: int,
+                   kept: list[str]) -> list[str]:
+    """The vocab of one run of tokenizers' WordPiece trainer, in its id order; `kept` go in first, after SPECIALS."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
@@ -96,15 +97,30 @@ def train_wordpiece(files: list[tuple[str, Path]], config: VocabConfig) -> list[
         clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=config.do_lower_case)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     trainer = trainers.WordPieceTrainer(
-        vocab_size=config.vocab_size - config.num_unused(), min_frequency=config.min_frequency,
-        special_tokens=list(SPECIALS), limit_alphabet=config.limit_alphabet, continuing_subword_prefix="##",
-        show_progress=False,
+        vocab_size=vocab_size, min_frequency=config.min_frequency, special_tokens=[*SPECIALS, *kept],
+        limit_alphabet=config.limit_alphabet, continuing_subword_prefix="##", show_progress=False,
     )
     tokenizer.train_from_iterator(_lines(files), trainer=trainer)
-    vocab = tokenizer.get_vocab()
+    return [token for token, _ in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])]
+
+
+def train_wordpiece(files: list[tuple[str, Path]], config: VocabConfig) -> list[str]:
+    """Learned tokens (no specials): the characters (the trainer's alphabet, in its order), the continuing
+    characters (`##c`, sorted), then the pieces in the order the trainer merged them. The same for the same input.
+
+    tokenizers' trainer alone is not reproducible (huggingface/tokenizers#1794): it numbers the `##c` pieces in
+    hash-map order as it meets them, and breaks ties between equally frequent merges by those numbers, so two
+    builds of one corpus differed in a few tokens. A first pass with no merges (its alphabet work alone, a fraction
+    of the training) finds the `##c` pieces; the second pass gets them, sorted, as tokens to keep, which fixes their
+    numbers before the trainer compares any."""
+    first = _trainer_vocab(files, config, 0, [])
+    continuing = sorted(token for token in first if token.startswith("##"))
+    trained = _trainer_vocab(files, config, config.vocab_size - config.num_unused(), continuing)
+    alphabet = [token for token in first if token not in SPECIALS and not token.startswith("##")]
+    known = set(SPECIALS) | set(continuing) | set(alphabet)
+    pieces = [token for token in trained if token not in known]
     # Tokens with a newline or other whitespace would break the one-token-per-line format.
-    return [token for token, _ in sorted(vocab.items(), key=lambda item: item[1])
-            if token not in SPECIALS and token.strip() == token and "\n" not in token and token]
+    return [token for token in alphabet + continuing + pieces if token and token.strip() == token and "\n" not in token]
 
 
 def _targets(output: str) -> tuple[str, str]:

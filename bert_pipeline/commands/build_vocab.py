@@ -15,9 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Train a WordPiece vocabulary on segmented text with BERT's normalisation, laid out like Google's: "
         "[PAD], [unused0..98], [UNK], [CLS], [SEP], [MASK], more [unusedN], then the learned tokens. Written "
-        "atomically with its manifest; re-running with the same inputs and flags does nothing. A fresh build of the "
-        "same input may differ in a few tokens (the trainer breaks ties in hash-map order): keep the vocab.txt "
-        "a run used."
+        "atomically with its manifest; re-running with the same inputs and flags does nothing. The same inputs and "
+        "flags give the same vocab.txt, byte for byte, on any machine and in any process."
     )
     parser.add_argument("inputs", nargs="+", metavar="SEGMENTED",
                         help="text files, globs, directories or s3:// URIs (e.g. the output of `segment`)")

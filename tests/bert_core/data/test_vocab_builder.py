@@ -73,3 +73,29 @@ def test_cli(corpus, tmp_path):
     assert main(["build-vocab", str(corpus), "--vocab-size", "500", "--output", str(tmp_path / "v.txt")]) == 0
     assert len(load_vocab(tmp_path / "v.txt")) <= 500
     assert main(["build-vocab", str(corpus), "--vocab-size", "10", "--output", str(tmp_path / "w.txt")]) == 2
+
+
+def test_the_same_input_gives_the_same_vocab_in_every_process(corpus, tmp_path):
+    """tokenizers' trainer alone numbers its ## pieces in hash-map order, which changes from one process to the
+    next, and breaks merge ties by those numbers: builds of this corpus differed in a few tokens (huggingface/
+    tokenizers#1794). Three processes, one vocab."""
+    import subprocess
+    import sys
+
+    from tests.paths import REPO
+
+    outputs = []
+    for i in range(3):
+        out = tmp_path / f"v{i}.txt"
+        subprocess.run([sys.executable, "-c", "import sys; from bert_core.data.vocab_builder import VocabConfig, "
+                        "build_vocab; build_vocab([sys.argv[1]], sys.argv[2], VocabConfig(vocab_size=2000))",
+                        str(corpus), str(out)], cwd=REPO, check=True, timeout=120)
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1] == outputs[2]
+    tokens = outputs[0].decode("utf-8").split("\n")[:-1]
+    learned = tokens[tokens.index("[MASK]") + 1:]
+    learned = [t for t in learned if not t.startswith("[unused")]
+    # Characters, then ## characters, then merged pieces (each a merge of two known tokens, so none of one char).
+    first_continuing = next(i for i, t in enumerate(learned) if t.startswith("##"))
+    assert all(len(t) == 1 for t in learned[:first_continuing])
+    assert any(len(t.removeprefix("##")) > 1 for t in learned[first_continuing:])
