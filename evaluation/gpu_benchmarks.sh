@@ -3,10 +3,12 @@
 #   1. the pretraining step, ours against transformers' BertForPreTraining, bfloat16, BERT-base and BERT-large,
 #      seq 128 (batch 128, 20 masked positions) and seq 512 (batch 32, 80): tokens/s, ratio, MFU; BERT-base at
 #      batch 512, and in float32;
-#   2. the pretraining loop on the GPU (bert_core.pretrain.step.pretrain, as a Ray worker runs it) against the
+#   2. numerical parity with transformers on the GPU (evaluation.model_parity: float32 with TF32 off must hold;
+#      bfloat16's error beside transformers' own, with its eager and its sdpa attention);
+#   3. the pretraining loop on the GPU (bert_core.pretrain.step.pretrain, as a Ray worker runs it) against the
 #      transformers peer at L4/H256 on WikiText-2: held-out accuracy over time with --dtype auto (bfloat16
 #      there), float32 and float16 (loss scaling: the path older GPUs take), three seeds; the peer's lr grid.
-# Step 2 needs shards made beforehand (segmentation needs NLTK's Punkt, which such a machine may lack):
+# Step 3 needs shards made beforehand (segmentation needs NLTK's Punkt, which such a machine may lack):
 #   python -m evaluation.pretrain_convergence --data-only --work-dir GPU_DATA/conv
 #       # makes GPU_DATA/conv/shards-64-10-5-0.1{,-heldout}
 # then copy the corpus to GPU_DATA/wiki_docs.txt and the vocab to GPU_DATA/vocab.txt.
@@ -32,6 +34,11 @@ python3 -m evaluation.pretrain_throughput --configs bert_12_768_12 --dtype bfloa
     --warmup 3 --out-json "$OUT/throughput_seq128_batch512.json" || status=1
 python3 -m evaluation.pretrain_throughput --configs bert_12_768_12 --dtype float32 --batch-size 128 --steps 10 \
     --warmup 3 --out-json "$OUT/throughput_seq128_fp32.json" || status=1
+
+python3 -m evaluation.model_parity --device cuda --configs bert_2_128_2 bert_12_768_12 \
+    --out-json "$OUT/parity_eager.json" || status=1
+python3 -m evaluation.model_parity --device cuda --configs bert_12_768_12 --peer-attention sdpa \
+    --out-json "$OUT/parity_sdpa.json" || status=1
 
 if [ -d "$GPU_DATA/conv" ]; then
     python3 -m evaluation.pretrain_convergence --device cuda --work-dir "$GPU_DATA/conv" \
