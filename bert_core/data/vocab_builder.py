@@ -24,6 +24,7 @@ import hashlib
 import json
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,7 +99,9 @@ def _trainer_vocab(files: list[tuple[str, Path]], config: VocabConfig, vocab_siz
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size, min_frequency=config.min_frequency, special_tokens=[*SPECIALS, *kept],
-        limit_alphabet=config.limit_alphabet, continuing_subword_prefix="##", show_progress=False,
+        limit_alphabet=config.limit_alphabet, continuing_subword_prefix="##",
+        # The trainer's own bars (words read, pairs counted, merges): where a person watches, not in a log file.
+        show_progress=sys.stderr.isatty(),
     )
     tokenizer.train_from_iterator(_lines(files), trainer=trainer)
     return [token for token, _ in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])]
@@ -113,8 +116,11 @@ def train_wordpiece(files: list[tuple[str, Path]], config: VocabConfig) -> list[
     builds of one corpus differed in a few tokens. A first pass with no merges (its alphabet work alone, a fraction
     of the training) finds the `##c` pieces; the second pass gets them, sorted, as tokens to keep, which fixes their
     numbers before the trainer compares any."""
+    log.info("build-vocab: first pass (the characters)")
     first = _trainer_vocab(files, config, 0, [])
     continuing = sorted(token for token in first if token.startswith("##"))
+    log.info("build-vocab: second pass (%d characters, %d ## characters; the merges)", len(first) - len(SPECIALS)
+             - len(continuing), len(continuing))
     trained = _trainer_vocab(files, config, config.vocab_size - config.num_unused(), continuing)
     alphabet = [token for token in first if token not in SPECIALS and not token.startswith("##")]
     known = set(SPECIALS) | set(continuing) | set(alphabet)

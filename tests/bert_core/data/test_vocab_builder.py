@@ -99,3 +99,35 @@ def test_the_same_input_gives_the_same_vocab_in_every_process(corpus, tmp_path):
     first_continuing = next(i for i, t in enumerate(learned) if t.startswith("##"))
     assert all(len(t) == 1 for t in learned[:first_continuing])
     assert any(len(t.removeprefix("##")) > 1 for t in learned[first_continuing:])
+
+
+def test_progress_bars_on_a_terminal_and_none_in_a_log(corpus, tmp_path):
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from tests.paths import REPO
+
+    command = [sys.executable, "-m", "bert_pipeline.cli", "build-vocab", str(corpus), "--vocab-size", "500"]
+    logged = subprocess.run([*command, "--output", str(tmp_path / "a.txt")], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert logged.returncode == 0, logged.stderr[-2000:]
+    assert "Compute merges" not in logged.stderr + logged.stdout
+    main_fd, terminal = pty.openpty()
+    watched = subprocess.Popen([*command, "--output", str(tmp_path / "b.txt")], cwd=REPO, stdout=terminal,
+                               stderr=terminal)
+    os.close(terminal)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:  # the other end closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(main_fd)
+    assert watched.wait(timeout=120) == 0, seen[-2000:]
+    assert b"Compute merges" in seen
+    assert (tmp_path / "a.txt").read_bytes() == (tmp_path / "b.txt").read_bytes()
