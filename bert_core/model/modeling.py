@@ -1,12 +1,13 @@
 """BERT encoder and task heads.
 
 Parameter names follow HF's `modeling_bert.py` so HF-format checkpoints load directly; the maths
-follows Google's `modeling.py`. One design choice differs from both: when a batch contains padding,
+follows Google's `modeling.py`. One design choice differs from both: when enough of a batch is padding,
 every per-token layer (embeddings, projections, feed-forward, LayerNorm) runs only on the real
 tokens, packed into one [num_tokens, hidden] matrix, and the tokens are laid out [batch, seq] only
-for the attention product itself. With realistic length mixes ~40% of tokens are padding, so
-this skips ~40% of the matmul work. Hidden states at padded positions are therefore zero
-(HF returns the values its wasted computation produced there; no loss or metric reads them).
+for the attention product itself. With realistic fine-tuning length mixes ~40% of tokens are padding, so
+this skips ~40% of the matmul work. Hidden states at padded positions are then zero (HF returns the values its
+wasted computation produced there; no loss or metric reads them). Where packing would cost more than it saves
+(`packs`: on CPU below 5% padding, on a GPU below half), the batch runs padded, with the mask, as HF's does.
 """
 
 from __future__ import annotations
@@ -113,6 +114,21 @@ class Dropout(nn.Dropout):
 
 
 # --------------------------------------------------------------------------- packing
+
+# Packing runs the encoder on the real tokens only: it saves the padding's arithmetic and adds index kernels, and
+# below these padding fractions it costs more than it saves (BERT-base bfloat16 pretraining steps, alternated,
+# docs/benchmarks-pretrain.md). A CPU step is bound by arithmetic: packing was 1-2% faster at 6.6-7.8% padding and
+# even at 4.1%. An H200 step is bound by launching kernels from Python: the dense step (the padded batch and the
+# mask) was 2-15% faster at every padding measured, 5% to 37%; from half the batch padded, the saved arithmetic is
+# assumed to win (not measured).
+MIN_PADDING_TO_PACK = {"cpu": 0.05}
+MIN_PADDING_TO_PACK_ELSEWHERE = 0.5
+
+
+def packs(device: torch.device, real_tokens: int, positions: int) -> bool:
+    """Whether a batch of `positions` (batch x seq) with `real_tokens` of them real runs packed on `device`."""
+    minimum = MIN_PADDING_TO_PACK.get(device.type, MIN_PADDING_TO_PACK_ELSEWHERE)
+    return real_tokens <= (1 - minimum) * positions
 
 
 @dataclass
@@ -366,6 +382,8 @@ class BertModel(BertPreTrainedModel):
         if attention_mask is None or real_tokens is None:
             return _Layout(batch, seq, None, None)
         key_mask = attention_mask.bool()[:, None, None, :]
+        if not packs(input_ids.device, real_tokens, batch * seq):
+            return _Layout(batch, seq, None, key_mask)
         # Its size known from the checks' one read, so this asks the device nothing (nonzero would wait for it).
         indices = torch.nonzero_static(attention_mask.reshape(-1), size=real_tokens).squeeze(1)
         return _Layout(batch, seq, indices, key_mask)

@@ -347,3 +347,34 @@ def test_encoder_flops_per_token_counts_what_the_model_computes(seq):
     with FlopCounterMode(display=False) as counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
         model(ids)
     assert counter.get_total_flops() == modeling.encoder_flops_per_token(cfg, seq) * ids.numel()
+
+
+def test_packing_only_where_it_pays():
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert not modeling.packs(cpu, 96, 100) and modeling.packs(cpu, 95, 100)  # 4% padding: dense; 5%: packed
+    assert not modeling.packs(gpu, 51, 100) and modeling.packs(gpu, 50, 100)  # a GPU packs from half padded
+
+
+def test_a_barely_padded_batch_runs_dense_and_matches_reference():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen: set[str] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.add(func.__name__.split(".")[0])
+            return func(*args, **(kwargs or {}))
+
+    ours, hf = pair("BertModel", SMALL)
+    for lengths, packed in (([40, 40, 40, 37], False), ([40, 21, 9, 30], True)):  # 2% and 38% padding
+        ids, types, mask = mixed_batch(SMALL, lengths, seq=40)
+        with torch.no_grad(), Ops() as ops:
+            out = ours(ids, types, mask)
+        with torch.no_grad():
+            ref = hf(input_ids=ids, token_type_ids=types, attention_mask=mask)
+        assert ("nonzero_static" in ops.seen) == packed, (lengths, sorted(ops.seen))
+        assert_close_where(out.sequence_output, ref.last_hidden_state, mask)
+        padded_values = out.sequence_output[~mask.bool()].abs().max()
+        assert (padded_values == 0) == packed  # packed: zeros at padded positions; dense: what HF computes there
