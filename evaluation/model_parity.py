@@ -3,8 +3,8 @@
 The unit tests check parity on CPU (tests/bert_core/model/test_modeling.py); a GPU runs other kernels (cuBLAS,
 SDPA's fused attention, the packing indices by nonzero_static), so this runs the same comparison where a user
 trains. For each size in --configs: identical random weights (ours loaded from transformers' state dict through
-the strict loader), a padded batch of mixed lengths with two segments and 15% of the real tokens as MLM labels,
-dropout off; the two models' MLM logits at the real positions, NSP logits and loss (the largest difference over the
+the strict loader), two batches of six sequences with two segments and 15% of the real tokens as MLM labels, one
+half padded and more (ours packs it) and one barely padded (ours runs it padded, with the mask), dropout off; the two models' MLM logits at the real positions, NSP logits and loss (the largest difference over the
 reference's largest magnitude), and every parameter's gradient (the norm of the difference over the reference's
 norm, or over a hundredth of the largest gradient's norm where that is more: some gradients are zero in exact
 arithmetic, the key bias's, and hold rounding alone).
@@ -92,15 +92,25 @@ def _errors(got: dict, reference: dict) -> dict:
             "gradients": grads[worst], "worst_gradient": worst}
 
 
-def compare(name: str, device: torch.device, dtype: str, seed: int = 0, peer_attention: str = "eager") -> dict:
-    """One size, one precision: ours against transformers in float32 (the reference), each output's relative
-    difference; in bfloat16 also transformers' own bfloat16 run against the same reference, for scale."""
+# Fractions of each sequence's length that is real: a batch half padded and more (packed on every device) and one
+# barely padded (run padded, with the mask, on every device): bert_core.model.modeling.packs decides.
+LAYOUTS = {"half padded": (1.0, 0.5, 0.07, 0.23, 0.78, 0.03), "barely padded": (1.0, 1.0, 0.99, 1.0, 0.94, 1.0)}
+
+
+def compare(name: str, device: torch.device, dtype: str, seed: int = 0, peer_attention: str = "eager",
+            layout: str = "half padded") -> dict:
+    """One size, one precision, one batch layout: ours against transformers in float32 (the reference), each
+    output's relative difference; in bfloat16 also transformers' own bfloat16 run against the same reference."""
+    from bert_core.model.modeling import packs
+
     torch.manual_seed(seed)
     ours, theirs, cfg = _pair(name, device, peer_attention)
     seq = min(128, cfg.max_position_embeddings)
-    batch = _batch(cfg.vocab_size, [seq, seq - 1, seq // 2, 9, seq, 3], seed, device)
+    batch = _batch(cfg.vocab_size, [max(3, round(seq * f)) for f in LAYOUTS[layout]], seed, device)
+    real, positions = int(batch["attention_mask"].sum()), batch["attention_mask"].numel()
     reference = _outputs(theirs, batch, "float32")
-    row = {"config": name, "device": str(device), "dtype": dtype, "tokens": int(batch["attention_mask"].sum()),
+    row = {"config": name, "device": str(device), "dtype": dtype, "layout": layout, "tokens": real,
+           "padding": round(1 - real / positions, 3), "packed": packs(device, real, positions),
            **_errors(_outputs(ours, batch, dtype), reference)}
     if dtype != "float32":
         row["transformers"] = _errors(_outputs(theirs, batch, dtype), reference)
@@ -145,12 +155,14 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for name in args.configs:
             for dtype in ("float32", "bfloat16") if _bf16_available(device) else ("float32",):
-                rows.append(compare(name, device, dtype, args.seed, args.peer_attention))
-                r = rows[-1]
-                print(f"{name} {dtype} on {device} ({r['tokens']} real tokens), against transformers float32: "
-                      + _summary(r), flush=True)
-                if "transformers" in r:
-                    print(f"    transformers' own {dtype} run: " + _summary(r["transformers"]), flush=True)
+                for layout in LAYOUTS:
+                    rows.append(compare(name, device, dtype, args.seed, args.peer_attention, layout))
+                    r = rows[-1]
+                    print(f"{name} {dtype} on {device}, {layout} ({r['padding']:.0%} padding, "
+                          f"{'packed' if r['packed'] else 'padded with the mask'}), against transformers float32: "
+                          + _summary(r), flush=True)
+                    if "transformers" in r:
+                        print(f"    transformers' own {dtype} run: " + _summary(r["transformers"]), flush=True)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = allow_tf32
     failed = [r for r in rows if r["dtype"] == "float32"
@@ -161,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(json.dumps({"tol": args.tol, "rows": rows}, indent=2))
         tmp.replace(args.out_json)
     for r in failed:
-        print(f"FAILED: {r['config']} float32 on {r['device']} differs from transformers by more than "
-              f"--tol {args.tol:g}", file=sys.stderr)
+        print(f"FAILED: {r['config']} float32 on {r['device']}, {r['layout']}, differs from transformers by more "
+              f"than --tol {args.tol:g}", file=sys.stderr)
     return 1 if failed else 0
 
 
