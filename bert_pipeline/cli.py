@@ -8,8 +8,10 @@ command never pays for another's heavy imports (torch, ray, airflow).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import logging
+import signal
 import sys
 
 from bert_core.errors import BertPipelineError
@@ -63,8 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def install_stack_dump() -> None:
+    """`kill -USR1 PID` makes a running command write every thread's Python stack to its stderr (during a DAG run
+    that is the run's log), and carry on: what a run that seems stuck is doing, without stopping it."""
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    install_stack_dump()
     top = build_parser()
     # Parse only the global part first; the command's own parser handles the rest.
     global_args, rest = top.parse_known_args(argv)

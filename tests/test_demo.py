@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -65,10 +66,12 @@ def _run_demo(home: Path, args: list[str], timeout: float = 600) -> subprocess.C
         try:
             out, err = demo.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.kill(demo.pid, signal.SIGUSR1)  # every thread's stack into the run log (cli.install_stack_dump)
+            time.sleep(3)
             os.killpg(demo.pid, signal.SIGKILL)
             out, err = demo.communicate()
             logs = sorted((home / "runs").glob("*/*/run.log"), key=lambda p: p.stat().st_mtime)
-            tail = "\n".join(logs[-1].read_text(errors="replace").splitlines()[-120:]) if logs else "(no run log)"
+            tail = "\n".join(logs[-1].read_text(errors="replace").splitlines()[-250:]) if logs else "(no run log)"
             pytest.fail(f"the demo did not finish in {timeout:g} s\n--- stdout\n{out}\n--- stderr\n{err[-5000:]}\n"
                         f"--- {logs[-1] if logs else 'run log'} (last lines)\n{tail}")
     return subprocess.CompletedProcess(demo.args, demo.returncode, out, err)

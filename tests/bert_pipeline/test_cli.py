@@ -40,3 +40,23 @@ def test_user_error_is_one_line_with_exit_code_2(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("bert-pipeline convert-tf-checkpoint: error:")
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_sigusr1_dumps_every_threads_stack_and_the_command_goes_on(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.paths import REPO
+
+    code = ("import sys, threading, time; from bert_pipeline.cli import install_stack_dump; install_stack_dump(); "
+            "threading.Thread(target=lambda: time.sleep(30), name='side', daemon=True).start(); "
+            "print('ready', flush=True); time.sleep(2); print('carried on', flush=True)")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    os.kill(proc.pid, signal.SIGUSR1)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "carried on" in out
+    assert "Thread 0x" in err and "Current thread 0x" in err and "in <lambda>" in err, err  # both threads
