@@ -67,14 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def install_stack_dump() -> None:
     """`kill -USR1 PID` makes a running command write every thread's Python stack to its stderr (during a DAG run
-    that is the run's log), and carry on: what a run that seems stuck is doing, without stopping it."""
+    that is the run's log), and carry on: what a run that seems stuck is doing, without stopping it. Installed by
+    the console script (`run`), not by `main`, which tests and other programs call in their own processes."""
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    install_stack_dump()
     top = build_parser()
     # Parse only the global part first; the command's own parser handles the rest.
     global_args, rest = top.parse_known_args(argv)
@@ -105,6 +105,7 @@ def run() -> None:
     (see bert_pipeline/process_exit.py for why)."""
     from bert_pipeline.process_exit import run_and_exit
 
+    install_stack_dump()
     run_and_exit(main)
 
 
