@@ -4,7 +4,8 @@ The unit tests check parity on CPU (tests/bert_core/model/test_modeling.py); a G
 SDPA's fused attention, the packing indices by nonzero_static), so this runs the same comparison where a user
 trains. For each size in --configs: identical random weights (ours loaded from transformers' state dict through
 the strict loader), two batches of six sequences with two segments and 15% of the real tokens as MLM labels, one
-half padded and more (ours packs it) and one barely padded (ours runs it padded, with the mask), dropout off; the two models' MLM logits at the real positions, NSP logits and loss (the largest difference over the
+half padded and more (ours packs it) and one barely padded (ours runs it padded, with the mask), dropout off;
+the two models' MLM logits at the real positions, NSP logits and loss (the largest difference over the
 reference's largest magnitude), and every parameter's gradient (the norm of the difference over the reference's
 norm, or over a hundredth of the largest gradient's norm where that is more: some gradients are zero in exact
 arithmetic, the key bias's, and hold rounding alone).
@@ -45,22 +46,15 @@ def _batch(vocab: int, lengths: list[int], seed: int, device: torch.device) -> d
 
 
 def _pair(name: str, device: torch.device, peer_attention: str = "eager"):
-    import transformers
-
-    from bert_core.model.modeling import BertForPreTraining
     from bert_core.model.weights import load_state_into
-    from bert_core.model.zoo import architecture_config
+    from evaluation.pretrain_throughput import build_pair
 
-    cfg = architecture_config(name)
-    hf_cfg = transformers.BertConfig(**{k: v for k, v in cfg.to_hf_dict().items() if k != "do_lower_case"},
-                                     attn_implementation=peer_attention)
-    theirs = transformers.BertForPreTraining(hf_cfg)
+    ours, theirs, cfg = build_pair(name, attn_implementation=peer_attention)
     with torch.no_grad():  # non-trivial values everywhere: zero biases and unit LayerNorms hide mistakes
         for pname, p in theirs.named_parameters():
             p.copy_(1 + 0.1 * torch.randn_like(p) if "LayerNorm.weight" in pname else 0.05 * torch.randn_like(p))
-    ours = BertForPreTraining(cfg)
     load_state_into(ours, theirs.state_dict(), "transformers")
-    return ours.to(device).eval(), theirs.to(device).eval(), cfg
+    return ours.to(device).eval(), theirs.to(device).eval(), cfg  # eval: dropout off
 
 
 def _relative(a: torch.Tensor, b: torch.Tensor, floor: float = 1e-12) -> float:
@@ -123,17 +117,28 @@ def _summary(r: dict) -> str:
 
 
 def _bf16_available(device: torch.device) -> bool:
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
     from bert_core.train.precision import resolve_precision
 
     return resolve_precision("auto", device).dtype == "bfloat16"
 
 
+def _device(text: str) -> torch.device:
+    """argparse type of --device: a torch device this machine has."""
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}") from None
+    if device.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"{text}: this machine has no CUDA GPU that torch can use")
+    return device
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m evaluation.model_parity", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+    p.add_argument("--device", type=_device, default="cuda" if torch.cuda.is_available() else "cpu",
                    help="where both models run: cpu, cuda or cuda:N (default: cuda where there is one)")
     p.add_argument("--configs", nargs="+", type=architecture_name, default=["bert_2_128_2", "bert_12_768_12"],
                    help="model sizes, as in the zoo: bert_LAYERS_HIDDEN_HEADS (bert_12_768_12: BERT-base; "
@@ -146,9 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(torch's fused kernels, transformers' default; default: %(default)s)")
     p.add_argument("--out-json", type=Path, help="also write the rows here")
     args = p.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        p.error(f"--device {args.device}: this machine has no CUDA GPU that torch can use")
+    device = args.device
     allow_tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:

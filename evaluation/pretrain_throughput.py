@@ -90,7 +90,9 @@ def hf_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             "next_sentence_label": batch["next_sentence_labels"]}
 
 
-def build_pair(name: str):
+def build_pair(name: str, attn_implementation: str | None = None):
+    """(ours, transformers', config): BertForPreTraining of zoo size `name`, dropout 0.1, every weight identical;
+    transformers' attention its default (sdpa) unless `attn_implementation` names another."""
     import transformers
 
     from bert_core.model.modeling import BertForPreTraining
@@ -98,7 +100,8 @@ def build_pair(name: str):
     from bert_core.model.zoo import architecture_config
 
     cfg = dataclasses.replace(architecture_config(name), hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
-    hf_cfg = transformers.BertConfig(**{k: v for k, v in cfg.to_hf_dict().items() if k != "do_lower_case"})
+    extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    hf_cfg = transformers.BertConfig(**{k: v for k, v in cfg.to_hf_dict().items() if k != "do_lower_case"}, **extra)
     theirs = transformers.BertForPreTraining(hf_cfg)
     ours = BertForPreTraining(cfg)
     load_state_into(ours, theirs.state_dict(), "transformers")  # strict: every weight identical

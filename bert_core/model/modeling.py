@@ -209,10 +209,11 @@ def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None
     bfloat16 matmuls (float32 accumulation) and are 1.7x faster with dropout, 2.7-3.4x without (BERT-base and
     small-BERT shapes, docs/benchmarks-pretrain.md). The softmax runs in float32, forward and backward, and its
     probabilities are rounded to bfloat16 for the dropout and the second product, as in flash attention. The
-    backward of a softmax, p * (g - sum(g * p)), cancels badly where p is rounded to bfloat16: with a bfloat16
-    softmax, BERT-base's key-weight gradients were 0.099 off float32's (norm of the difference over the norm), 3.0x
-    transformers' own bfloat16 error (0.033), against 0.034 now (python -m evaluation.model_parity, its barely
-    padded batch), for about 3 ms more per layer and step (docs/benchmarks-pretrain.md)."""
+    backward of a softmax, p * (g - sum(g * p)), cancels badly where p is rounded to bfloat16 and the attention is
+    peaked over value rows that are alike, as in deep layers: with a bfloat16 softmax, BERT-base's key-weight
+    gradients were 0.099 off float32's (norm of the difference over the norm; one draw of random weights in
+    python -m evaluation.model_parity), 3.0x transformers' own bfloat16 error (0.033), against 0.034 now; on such
+    inputs alone twice the error (test_modeling). About 3 ms more per layer and step (docs/benchmarks-pretrain.md)."""
     scores = torch.matmul(q * (q.shape[-1] ** -0.5), k.transpose(-1, -2))
     if key_mask is not None:
         # Added as 0 / -inf: the same scores as masked_fill gives, but the gradient passes the addition untouched
