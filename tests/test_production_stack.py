@@ -179,7 +179,8 @@ def test_the_dags_end_to_end_on_the_production_stack(production, tmp_path):
     took["bert_pretraining"] = time.monotonic()
     killer.join(timeout=5)
     assert run["state"] == "success", api.failed_tasks("bert_pretraining", run_id)
-    tis = _by_task(api.task_instances("bert_pretraining", run_id))
+    every_task = api.task_instances("bert_pretraining", run_id)
+    tis = _by_task(every_task)
     (pretrain,) = tis["pretrain"]
     # The node went while the pretrain task ran, and the task did not fail: no Airflow retry.
     assert killed, "the last phase had no second checkpoint on S3, so no node was killed"
@@ -193,10 +194,11 @@ def test_the_dags_end_to_end_on_the_production_stack(production, tmp_path):
     # make-shards mapped over the two input files x two phases.
     shards = tis["make_shards"]
     assert len(shards) == 4 and {t["hostname"] for t in shards} == set(WORKERS)
-    # Mapped tasks on both workers at once: the make-shards tasks and the held-out ones are mapped together (six
-    # tasks of ~1 s on two workers of concurrency 1: which two overlap depends on the order Celery hands them out).
-    mapped = shards + tis["make_heldout_shards"]
-    assert _ran_together_on_both_workers(mapped), _when_and_where(mapped)
+    # Tasks on both workers at once. Any two of the run's: its mapped tasks (four make-shards, two held-out, four
+    # validations) take 2-9 s each on two workers of concurrency 1, and on a loaded 2-core CI machine a task's
+    # process can take longer to start than its neighbour takes to run: CI once saw the six shard tasks alone
+    # alternate between the workers without overlapping.
+    assert _ran_together_on_both_workers(every_task), _when_and_where(every_task)
     for phase, seq in (("phase1", 32), ("phase2", 64)):
         for part in ("part-a", "part-b"):
             where = f"{work}/shards/{phase}/{part}"

@@ -3,6 +3,7 @@ killed mid-run with --max-failures 1 resumes from the last checkpoint and finish
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -34,17 +35,23 @@ def ray_session():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
     server.start()
     host, port = server.get_host_and_port()
+    # The workers' temporary directory is this module's own (short: Ray's sockets live under it): the checkpoint
+    # copies a test counts there are this Ray's, not those of another test running beside it (the
+    # production-stack test's killed workers leave theirs in /tmp, and a sweep here deletes them).
+    workers_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))
     with pytest.MonkeyPatch.context() as mp:
         # Set before ray.init: the workers inherit the raylet's environment (credentials are not forwarded).
         for key, value in (("AWS_ENDPOINT_URL", f"http://{host}:{port}"), ("AWS_ACCESS_KEY_ID", "testing"),
-                           ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_DEFAULT_REGION", "us-east-1")):
+                           ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_DEFAULT_REGION", "us-east-1"),
+                           ("TMPDIR", str(workers_tmp))):
             mp.setenv(key, value)
         from bert_core.io import storage
         storage.s3_client().create_bucket(Bucket="ray-ckpt")
         ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
-        yield
+        yield workers_tmp
         ray.shutdown()
     server.stop()
+    shutil.rmtree(workers_tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +114,8 @@ def test_killed_worker_resumes_from_the_last_checkpoint(ray_session, setup, trac
     # they finish.
     gone = subprocess.Popen(["true"])
     gone.wait()
-    late_copy = Path(tempfile.gettempdir()) / f"{RESTORE_PREFIX}{socket.gethostname()}-{gone.pid}-late"
-    copies = lambda: set(Path(tempfile.gettempdir()).glob(f"{RESTORE_PREFIX}*"))  # noqa: E731
+    late_copy = ray_session / f"{RESTORE_PREFIX}{socket.gethostname()}-{gone.pid}-late"
+    copies = lambda: set(ray_session.glob(f"{RESTORE_PREFIX}*"))  # noqa: E731
     before = copies()
     # rank 1 dies (os._exit) after step 5, first attempt only
     result = run_step(PRETRAIN, killed, hooks=[FailAtStep(5, rank=1, mode="exit"), MakeDirAtStep(7, str(late_copy))])
