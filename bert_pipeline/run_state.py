@@ -65,6 +65,21 @@ def read_states(dag_id: str, run_id: str, known_values: dict[tuple[str, int], An
             for r in rows]
 
 
+def prepare_orm() -> None:
+    """Import the models read_states reads and configure SQLAlchemy's mappers, in the calling thread, before
+    another thread queries. Airflow imports every model module from a hook that SQLAlchemy runs holding its
+    configure lock (before_configured -> import_all_models, on the process's first query), and a mapped class takes
+    that lock while its module is being imported. A watch thread whose first poll was that first query, while the
+    main thread was importing a model module in dag.test() (or the other way round), deadlocked: each held the lock
+    the other waited for, and Python's import deadlock detection does not see SQLAlchemy's. The demo hung so, for
+    good and silently, once in CI and once in a local full suite."""
+    from airflow.models.taskinstance import TaskInstance  # noqa: F401
+    from airflow.models.xcom import XComModel  # noqa: F401
+    from sqlalchemy.orm import configure_mappers
+
+    configure_mappers()
+
+
 class RunWatch(threading.Thread):
     """Polls the run's rows every `interval` seconds and hands each snapshot to `on_update` (in this thread),
     until stopped; `stop()` makes one last read so the final states are never missed."""
@@ -84,6 +99,10 @@ class RunWatch(threading.Thread):
             return None
         self.on_update(states)
         return states
+
+    def start(self) -> None:
+        prepare_orm()
+        super().start()
 
     def run(self) -> None:
         while not self._stopping.wait(self.interval):
