@@ -13,7 +13,7 @@ import textwrap
 # the watch's first query configured the mappers itself: one thread in the configure lock importing a model
 # module, the other importing a model module and waiting for the lock to map its class, hung the demo for good
 # before dag.test() logged anything (once in CI, once in a full local suite; 3 of 16 tries of a script racing
-# the two threads, 0 of 16 with prepare_orm). Without prepare_orm this test prints BLOCKED.
+# the two threads, 0 of 48 with prepare_orm). Without prepare_orm this test prints BLOCKED.
 SCRIPT = textwrap.dedent("""
     import sys, threading, time
     import sqlalchemy.orm.mapper  # the module (sqlalchemy.orm.mapper, the attribute, is a function)
