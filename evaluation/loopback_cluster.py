@@ -46,14 +46,17 @@ NODE_ENV = {
 _RAY_WORKER_PORTS = range(10002, 20000)
 
 
-def _free_port() -> int:
-    """A loopback TCP port nothing listens on now, outside Ray's worker-port range."""
-    while True:
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback TCP ports nothing listens on now, outside Ray's worker-port range (the OS may
+    offer a port again until something binds it, hence distinct)."""
+    ports: list[int] = []
+    while len(ports) < count:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        if port not in _RAY_WORKER_PORTS:
-            return port
+        if port not in _RAY_WORKER_PORTS and port not in ports:
+            ports.append(port)
+    return ports
 
 
 def drain_node(node_id: str, deadline_s: float, message: str) -> int:
@@ -77,11 +80,10 @@ class LoopbackCluster:
         self.temp_dir = temp_dir
         self.procs: dict[str, subprocess.Popen] = {}  # node name -> its `ray start --block`
         self.worker_cpus: dict[str, int] = {}
-        port = _free_port()
+        port, dashboard_port = free_ports(2)
         self.address = f"127.0.0.1:{port}"
         self.env = {**env, "RAY_ADDRESS": self.address}  # see the module doc
         # The dashboard serves Ray's state API (which task ran on which node, how many attempts).
-        dashboard_port = _free_port()
         self.dashboard_url = f"http://127.0.0.1:{dashboard_port}" if dashboard else None
         board = ["--include-dashboard", "true" if dashboard else "false", "--dashboard-port", str(dashboard_port)]
         if dashboard:

@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from evaluation.airflow_rest import AirflowApi
+from evaluation.loopback_cluster import free_ports
 
 PROFILES = ("default", "production")
 BUCKET = "bert-stack-bench"
@@ -50,15 +50,6 @@ RUNS = (
                                      "squad": {"epochs": 1, "batch_size": 8, "max_seq_length": 64,
                                                "doc_stride": 32}}}),
 )
-
-
-def free_port() -> int:
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if not 10002 <= port <= 19999:  # Ray keeps those for its workers
-            return port
 
 
 def stack_processes(home: Path) -> list[int]:
@@ -155,8 +146,9 @@ def run_profile(profile: str, root: Path, s3: dict[str, str]) -> dict:
     home = root / profile
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AIRFLOW", "MLFLOW_")) and k not in ("RAY_ADDRESS", "BERT_PIPELINE_HOME")}
-    flags = ["--mlflow-port", str(free_port()), "--airflow-port", str(free_port()), "--ray-port", str(free_port()),
-             "--ray-dashboard-port", str(free_port()), "--ray-num-cpus", "2"]
+    mlflow, airflow, gcs, dashboard, postgres, redis = free_ports(6)
+    flags = ["--mlflow-port", str(mlflow), "--airflow-port", str(airflow), "--ray-port", str(gcs),
+             "--ray-dashboard-port", str(dashboard), "--ray-num-cpus", "2"]
     work = str(home / "runs")
     if profile == "production":
         env.update(s3)
@@ -168,7 +160,7 @@ def run_profile(profile: str, root: Path, s3: dict[str, str]) -> dict:
                                  region_name=env.get("AWS_DEFAULT_REGION"))
         with contextlib.suppress(s3_client.exceptions.BucketAlreadyOwnedByYou):
             s3_client.create_bucket(Bucket=BUCKET)
-        flags += ["--profile", "production", "--postgres-port", str(free_port()), "--redis-port", str(free_port()),
+        flags += ["--profile", "production", "--postgres-port", str(postgres), "--redis-port", str(redis),
                   "--artifacts-destination", f"s3://{BUCKET}/mlflow"]
         work = f"s3://{BUCKET}/runs"
     result: dict = {"profile": profile}

@@ -15,7 +15,7 @@ import pytest
 from bert_pipeline.stack import processes, supervisor
 from bert_pipeline.stack import ray_head as ray_service
 from bert_pipeline.stack.health import wait_healthy
-from bert_pipeline.stack.state import free_port
+from evaluation.loopback_cluster import free_ports
 
 
 @dataclass
@@ -29,7 +29,8 @@ class RayHead:
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory) -> RayHead:
     home = tmp_path_factory.mktemp("ray-head-home")
-    spec = ray_service.spec(home, {"ray_dashboard": free_port(), "ray_gcs": free_port()}, num_cpus=2)
+    dashboard, gcs = free_ports(2)
+    spec = ray_service.spec(home, {"ray_dashboard": dashboard, "ray_gcs": gcs}, num_cpus=2)
     # The job drivers run with the environment the head was started with: this venv first on PATH.
     env = {**spec["env"], "RAY_USAGE_STATS_ENABLED": "0"}
     spec = {**spec, "env": env}

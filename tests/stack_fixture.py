@@ -37,8 +37,7 @@ from pathlib import Path
 import pytest
 
 from bert_pipeline.stack.airflow import PASSWORD_FILE
-from bert_pipeline.stack.ray_head import WORKER_PORTS
-from bert_pipeline.stack.state import free_port
+from evaluation.loopback_cluster import free_ports
 
 UP_TIMEOUT_S = 400  # `stack up` waits up to its own --timeout (300 s) per phase; this bounds the whole command
 
@@ -118,21 +117,11 @@ def service_env() -> dict[str, str]:
             if not k.startswith(("AIRFLOW", "MLFLOW_")) and k not in ("RAY_ADDRESS", "BERT_PIPELINE_HOME")}
 
 
-def _free_ports(count: int) -> list[int]:
-    ports: list[int] = []
-    while len(ports) < count:
-        port = free_port()
-        # Ray refuses head ports inside the range it keeps for its workers.
-        if port not in ports and not WORKER_PORTS[0] <= port <= WORKER_PORTS[1]:
-            ports.append(port)
-    return ports
-
-
 def start_stack(root: Path, tmp: Path, profile: str = "default", extra: tuple[str, ...] = (),
                 ray_cluster: str | None = None) -> LocalStack:
     """`stack up` in root/home on free ports (with `extra` flags; `ray_cluster`: production's --ray-address);
     fails the test with the service logs when it does not come up."""
-    mlflow, airflow, dashboard, gcs, postgres, redis = _free_ports(6)
+    mlflow, airflow, dashboard, gcs, postgres, redis = free_ports(6)
     production = profile == "production"
     stack = LocalStack(home=root / "home", mlflow_port=mlflow, airflow_port=airflow, ray_dashboard_port=dashboard,
                        ray_gcs_port=gcs, tmp=tmp, profile=profile, postgres_port=postgres if production else None,

@@ -166,6 +166,33 @@ def test_celery_workers_report_their_own_host_name(monkeypatch):
     assert worker_host.hostname() == socket.getfqdn()
 
 
+def test_ray_heads_extra_ports_are_none_of_its_own_nor_in_the_worker_range(tmp_path, monkeypatch):
+    # The OS hands out again a port a service was given but has not bound yet (CI: the dashboard agent got the
+    # dashboard's port and `ray start` refused both). Replay such a sequence of OS choices.
+    offered = iter([8265, 6379, 15000, 41001, 41001, 10002, 41002])
+
+    class OneChoice:
+        def __init__(self, *args):
+            self.port = next(offered)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def bind(self, address):
+            pass
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr("bert_pipeline.stack.state.socket.socket", OneChoice)
+    command = ray_head.spec(tmp_path, {"ray_dashboard": 8265, "ray_gcs": 6379}, num_cpus=2)["command"]
+    assert command[command.index("--ray-client-server-port") + 1] == "41001"
+    assert command[command.index("--dashboard-agent-listen-port") + 1] == "41002"
+
+
 def test_port_in_use_is_named_and_nothing_starts(tmp_path, capsys):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -46,15 +46,19 @@ def spec(home: Path, ports: dict[str, int], num_cpus: int) -> Record:
     """Command, environment, URLs and log file of the head."""
     url = dashboard_url(ports)
     ray_tmp = temp_dir(home)
+    # Ray's other fixed default ports (client server 10001, dashboard agent 52365) would clash with a second head
+    # or a local ray.init() on this machine: free ones instead, none of the head's own (not bound yet, so the OS
+    # may offer one of them again: CI saw the agent given the dashboard's port) nor in its workers' range.
+    taken = {*ports.values(), *range(WORKER_PORTS[0], WORKER_PORTS[1] + 1)}
+    client_port = free_port(avoid=taken)
+    agent_port = free_port(avoid=taken | {client_port})
     return {
         "command": [executable("ray"), "start", "--head", "--block",
                     "--node-ip-address", "127.0.0.1", "--port", str(ports["ray_gcs"]),
                     "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
                     "--dashboard-port", str(ports["ray_dashboard"]),
-                    # Ray's other fixed default ports (client server 10001, dashboard agent 52365) would
-                    # clash with a second head or a local ray.init() on this machine: free ones instead.
-                    "--ray-client-server-port", str(free_port()),
-                    "--dashboard-agent-listen-port", str(free_port()),
+                    "--ray-client-server-port", str(client_port),
+                    "--dashboard-agent-listen-port", str(agent_port),
                     "--num-cpus", str(num_cpus), "--temp-dir", str(ray_tmp), "--disable-usage-stats"],
         "env": base_env(home), "url": url, "health_url": f"{url}/api/gcs_healthz",
         "log": str(home / "stack" / "ray.log"), "address": gcs_address(ports), "temp_dir": str(ray_tmp),
