@@ -14,7 +14,8 @@ Reports real (non-padding) tokens per second and the ratio ours/theirs, and the 
 (`step_flops`: what the arithmetic allows the ratio to be); with --profile N, where the time of each step
 goes (evaluation.step_profile: attention, feed-forward, MLM head, optimizer, ...). On GPU also MFU: encoder
 matmul FLOPs (bert_core.model.modeling.encoder_flops_per_token, x3 for forward + backward) per second over
-the GPU's peak dense FLOPs for the dtype. Models are named as in the zoo, bert_LAYERS_HIDDEN_HEADS
+the GPU's peak dense FLOPs for the dtype: the model's FLOPs, the same count for both systems, so ours is credited
+with the last layer's work at unmasked positions, which it skips (`step_flops` counts what each computes). Models are named as in the zoo, bert_LAYERS_HIDDEN_HEADS
 (bert_6_384_12: MiniLM's size; bert_12_768_12: BERT-base; bert_24_1024_16: BERT-large).
 
     python -m evaluation.pretrain_throughput --configs bert_4_256_4 bert_6_384_12 --out-json bench-results/pt.json
@@ -113,16 +114,16 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def step_flops(cfg, batch: dict[str, torch.Tensor], decoder_rows: int) -> float:
+def step_flops(cfg, batch: dict[str, torch.Tensor], decoder_rows: int, output_rows: int | None = None) -> float:
     """Matmul FLOPs of one training step (forward x 3 for forward + backward): the encoder over the batch's
-    real tokens (attention over its padded length), the MLM head (transform + vocabulary decoder) over
-    `decoder_rows` positions, pooler and NSP ignored."""
-    from bert_core.model.modeling import encoder_flops_per_token
+    real tokens (attention over its padded length; its last layer at `output_rows` rows only where given), the
+    MLM head (transform + vocabulary decoder) over `decoder_rows` positions, pooler and NSP ignored."""
+    from bert_core.model.modeling import encoder_flops
 
     tokens = int(batch["attention_mask"].sum())
     seq = batch["attention_mask"].shape[1]
     head = 2 * cfg.hidden_size * (cfg.hidden_size + cfg.vocab_size)
-    return 3.0 * (tokens * encoder_flops_per_token(cfg, seq) + decoder_rows * head)
+    return 3.0 * (encoder_flops(cfg, tokens, seq, output_rows) + decoder_rows * head)
 
 
 def measure(name: str, run: PretrainThroughputRun, device: str, profile: int = 0, peak_tflops: float = 0.0) -> dict:
@@ -179,7 +180,10 @@ def measure(name: str, run: PretrainThroughputRun, device: str, profile: int = 0
     row = {"config": name, "batch_size": run.batch_size, "max_seq_length": run.max_seq_length,
            "max_predictions": run.max_predictions, "dtype": choice.dtype, "dtype_reason": choice.reason,
            "padding_fraction": round(1 - tokens / padded, 3)}
-    flops = {"ours": sum(step_flops(cfg, b, int((b["masked_lm_weights"] > 0).sum())) for b in measured),
+    # Ours: the decoder at every masked-position slot, the last layer at those and [CLS].
+    flops = {"ours": sum(step_flops(cfg, b, b["masked_lm_positions"].numel(),
+                                    b["masked_lm_positions"].numel() + len(b["masked_lm_positions"]))
+                         for b in measured),
              "transformers": sum(step_flops(cfg, b, b["input_ids"].numel()) for b in measured)}
     for kind in models:
         row[f"{kind}_step_flops"] = round(flops[kind] / len(measured))

@@ -38,7 +38,7 @@ _ACT = {
 
 @dataclass
 class BertModelOutput:
-    sequence_output: Tensor  # [B, T, H]
+    sequence_output: Tensor  # [B, T, H], or [B, P, H] when `positions` are given
     pooled_output: Tensor | None  # [B, H]; None for heads built without a pooler
     all_encoder_layers: list[Tensor] | None = None  # one [B, T, H] per layer, when asked
 
@@ -151,6 +151,17 @@ class _Layout:
         flat = padded.reshape(self.batch * self.seq, -1)
         return flat if self.indices is None else flat.index_select(0, self.indices)
 
+    def rows(self, positions: Tensor) -> Tensor:
+        """[B, P] positions -> [B * P] indices of their rows in the [N, D] packed (or flat) tokens. A position at a
+        padded token has no row; it gets the sequence's first token's, as its output has no meaning either way."""
+        offsets = torch.arange(self.batch, device=positions.device).unsqueeze(1) * self.seq
+        flat = (positions.long() + offsets).reshape(-1)
+        if self.indices is None:
+            return flat
+        row_of = torch.zeros(self.batch * self.seq, dtype=torch.long, device=positions.device)
+        row_of[self.indices] = torch.arange(self.indices.numel(), device=positions.device)
+        return row_of[flat]
+
 
 # --------------------------------------------------------------------------- encoder
 
@@ -181,25 +192,29 @@ class BertSelfAttention(nn.Module):
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
 
-    def forward(self, x: Tensor, layout: _Layout) -> Tensor:
+    def forward(self, x: Tensor, layout: _Layout, queries: Tensor | None = None) -> Tensor:
+        """x: [N, D] tokens; `queries`: [B * P, D], the P tokens per sequence whose output is wanted (all of x
+        when None). Every token is attended to either way."""
         # Three module calls, not one matmul over concatenated weights: measured no slower on CPU (the
         # concatenation is a copy of the weights every call), and module-level transforms (dynamic
         # quantisation, hooks, adapters) see each projection.
-        def heads(projection: nn.Linear) -> Tensor:  # [B, heads, T, head_dim]
-            return layout.pad(projection(x)).view(layout.batch, layout.seq, self.num_heads,
-                                                  self.head_dim).transpose(1, 2)
+        def heads(projected: Tensor) -> Tensor:  # [B, heads, T or P, head_dim]
+            return projected.view(layout.batch, -1, self.num_heads, self.head_dim).transpose(1, 2)
 
         if torch.is_autocast_enabled(x.device.type) and x.dtype == torch.float32:
             # Autocast would cast the (float32 residual) input once per projection; once is enough.
-            x = x.to(torch.get_autocast_dtype(x.device.type))
+            low = torch.get_autocast_dtype(x.device.type)
+            x, queries = x.to(low), None if queries is None else queries.to(low)
 
-        q, k, v = heads(self.query), heads(self.key), heads(self.value)
+        q = heads(layout.pad(self.query(x)) if queries is None else self.query(queries))
+        k, v = heads(layout.pad(self.key(x))), heads(layout.pad(self.value(x)))
         dropout_p = self.dropout_p if self.training else 0.0
         if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
             context = _explicit_attention(q, k, v, layout.key_mask, dropout_p)
         else:
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.key_mask, dropout_p=dropout_p)
-        return layout.pack(context.transpose(1, 2))  # context: [B, heads, T, head_dim]
+        context = context.transpose(1, 2)  # [B, T or P, heads, head_dim]
+        return layout.pack(context) if queries is None else context.reshape(queries.shape)
 
 
 def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, dropout_p: float) -> Tensor:
@@ -246,8 +261,8 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config)
         self.output = BertResidualOutput(config, config.hidden_size)
 
-    def forward(self, x: Tensor, layout: _Layout) -> Tensor:
-        return self.output(self.self(x, layout), x)
+    def forward(self, x: Tensor, layout: _Layout, queries: Tensor | None = None) -> Tensor:
+        return self.output(self.self(x, layout, queries), x if queries is None else queries)
 
 
 class BertIntermediate(nn.Module):
@@ -267,8 +282,9 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertResidualOutput(config, config.intermediate_size)
 
-    def forward(self, x: Tensor, layout: _Layout) -> Tensor:
-        attended = self.attention(x, layout)
+    def forward(self, x: Tensor, layout: _Layout, queries: Tensor | None = None) -> Tensor:
+        """[N, D] -> [N, D]; with `queries` (rows of x), their outputs only, [len(queries), D]."""
+        attended = self.attention(x, layout, queries)
         return self.output(self.intermediate(attended), attended)
 
 
@@ -395,12 +411,26 @@ class BertModel(BertPreTrainedModel):
         token_type_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
         output_all_encoded_layers: bool = False,
+        positions: Tensor | None = None,
     ) -> BertModelOutput:
+        """With `positions` ([B, P]), sequence_output is [B, P, H] at those positions (as gathered from the
+        full output), and the last layer computes only them and [CLS]: the only rows a loss over masked
+        positions and the pooler read (the keys and values still come from every token). That saves most of
+        the last layer's work: 5% of a BERT-base pretraining step, more in shallower models
+        (docs/benchmarks-pretrain.md). Not with output_all_encoded_layers, which returns every position."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         real_tokens = self._check_inputs(input_ids, token_type_ids, attention_mask)
         layout = self._layout(input_ids, attention_mask, real_tokens)
         x = self.embeddings(input_ids, token_type_ids, layout)
+        if positions is not None and not output_all_encoded_layers:
+            *layers, last = self.encoder.layer
+            for layer in layers:
+                x = layer(x, layout)
+            wanted = torch.cat([torch.zeros_like(positions[:, :1]), positions], dim=1)  # [CLS] first
+            x = last(x, layout, x.index_select(0, layout.rows(wanted))).view(layout.batch, wanted.shape[1], -1)
+            pooled = self.pooler(x) if self.pooler is not None else None
+            return BertModelOutput(x[:, 1:], pooled)
         all_layers = [] if output_all_encoded_layers else None
         for layer in self.encoder.layer:
             x = layer(x, layout)
@@ -408,6 +438,8 @@ class BertModel(BertPreTrainedModel):
                 all_layers.append(layout.pad(x))
         sequence_output = all_layers[-1] if all_layers else layout.pad(x)
         pooled = self.pooler(sequence_output) if self.pooler is not None else None
+        if positions is not None:
+            sequence_output = _gather_positions(sequence_output, positions)
         return BertModelOutput(sequence_output, pooled, all_layers)
 
 
@@ -502,11 +534,8 @@ class BertForPreTraining(_MLMTiedMixin, BertPreTrainedModel):
         masked_lm_weights: Tensor | None = None,
         output_all_encoded_layers: bool = False,
     ) -> PreTrainingOutput:
-        out = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers)
-        seq = out.sequence_output
-        if masked_lm_positions is not None:
-            seq = _gather_positions(seq, masked_lm_positions)
-        logits = self.cls.predictions(seq)
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers, masked_lm_positions)
+        logits = self.cls.predictions(out.sequence_output)
         nsp_logits = self.cls.seq_relationship(out.pooled_output)
         mlm_loss = nsp_loss = None
         if labels is not None:
@@ -670,3 +699,15 @@ def encoder_flops_per_token(config: BertConfig, seq_len: int) -> int:
     """Forward matmul FLOPs per token of the encoder: projections + feed-forward + the two attention products."""
     h, i, n = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     return 2 * n * (4 * h * h + 2 * h * i) + 2 * n * 2 * seq_len * h
+
+
+def encoder_flops(config: BertConfig, tokens: int, seq_len: int, output_rows: int | None = None) -> int:
+    """Forward matmul FLOPs of the encoder over `tokens` tokens; with `output_rows` (BertModel's `positions`:
+    B x (1 + P) rows, [CLS] included), the last layer projects keys and values for every token and does the rest
+    for those rows only."""
+    per_layer = encoder_flops_per_token(config, seq_len) // config.num_hidden_layers
+    if output_rows is None:
+        return tokens * per_layer * config.num_hidden_layers
+    keys_values = 2 * 2 * config.hidden_size * config.hidden_size
+    return tokens * per_layer * (config.num_hidden_layers - 1) + tokens * keys_values + \
+        output_rows * (per_layer - keys_values)

@@ -208,6 +208,43 @@ def test_pretraining_with_masked_positions_equals_google_weighted_loss():
     assert out.loss.item() == pytest.approx((mlm + nsp_loss).item(), abs=1e-5)
 
 
+@pytest.mark.parametrize("lengths, seq, full_rows", [([16, 11, 7], 16, 34), ([32, 31, 32], 32, 96)],
+                         ids=["packed", "dense-masked"])
+def test_last_layer_at_masked_positions_only_gives_the_full_models_loss_and_gradients(lengths, seq, full_rows):
+    # The last layer computes [CLS] and the masked positions only; the loss and every gradient must be those of
+    # the full model's output gathered at the positions (dropout off, so both see the same function).
+    cfg = BertConfig(**{**SMALL.__dict__, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})
+    torch.manual_seed(0)
+    model = modeling.BertForPreTraining(cfg).train()
+    randomize_(model)
+    ids, types, mask = mixed_batch(cfg, lengths, seq=seq)
+    positions = torch.tensor([[1, 4, 9, 0], [2, 3, 5, 0], [6, 1, 0, 0]])
+    targets = torch.randint(5, cfg.vocab_size, positions.shape)
+    weights = (positions > 0).float()
+    nsp = torch.tensor([0, 1, 1])
+    last_rows = []
+    model.bert.encoder.layer[-1].intermediate.dense.register_forward_hook(
+        lambda module, args, out: last_rows.append(args[0].shape[0]))
+
+    out = model(ids, types, mask, masked_lm_positions=positions, masked_lm_ids=targets, masked_lm_weights=weights,
+                next_sentence_label=nsp)
+    out.loss.backward()
+    fast = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    full = model(ids, types, mask)
+    logits = torch.stack([full.prediction_logits[b, positions[b]] for b in range(len(lengths))])
+    nll = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), targets.reshape(-1), reduction="none")
+    reference = (nll * weights.reshape(-1)).sum() / (weights.sum() + 1e-5) + torch.nn.functional.cross_entropy(
+        full.seq_relationship_logits, nsp)
+    reference.backward()
+
+    assert last_rows == [3 * (1 + 4), full_rows]  # [CLS] + 4 positions per sequence, then every real token
+    assert out.loss.item() == pytest.approx(reference.item(), abs=1e-5)
+    assert_close_where(out.prediction_logits, logits)
+    for name, p in model.named_parameters():
+        assert torch.allclose(fast[name], p.grad, atol=1e-5, rtol=1e-4), name
+
+
 def test_mlm_decoder_is_tied_to_word_embeddings():
     model = modeling.BertForPreTraining(SMALL)
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
@@ -347,6 +384,13 @@ def test_encoder_flops_per_token_counts_what_the_model_computes(seq):
     with FlopCounterMode(display=False) as counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
         model(ids)
     assert counter.get_total_flops() == modeling.encoder_flops_per_token(cfg, seq) * ids.numel()
+    # With positions, the last layer computes them and [CLS] only (keys and values still for every token).
+    positions = torch.tensor([[1, 3, 5], [2, 4, 6]])
+    with FlopCounterMode(display=False) as counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        model(ids, positions=positions)
+    rows = positions.numel() + len(positions)
+    assert counter.get_total_flops() == modeling.encoder_flops(cfg, ids.numel(), seq, output_rows=rows)
+    assert modeling.encoder_flops(cfg, ids.numel(), seq) == modeling.encoder_flops_per_token(cfg, seq) * ids.numel()
 
 
 def test_packing_only_where_it_pays():
