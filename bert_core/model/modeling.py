@@ -359,7 +359,8 @@ class BertModel(BertPreTrainedModel):
         self.static_graph = False
         self.init_weights()
 
-    def _check_inputs(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor | None) -> int | None:
+    def _check_inputs(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor | None,
+                      positions: Tensor | None = None) -> int | None:
         """Raise on inputs the model cannot take; the number of real tokens when the batch has padding, else None
         (always None under static_graph)."""
         cfg = self.config
@@ -374,14 +375,27 @@ class BertModel(BertPreTrainedModel):
                 raise BertPipelineError(f"{name} shape {tuple(t.shape)} != input_ids shape {tuple(input_ids.shape)}")
         if input_ids.numel() == 0:
             raise BertPipelineError("input_ids is empty")
+        if positions is not None and (positions.dim() != 2 or positions.shape[0] != input_ids.shape[0]):
+            raise BertPipelineError(f"masked_lm_positions must be [batch, predictions] with batch "
+                                    f"{input_ids.shape[0]}, got shape {tuple(positions.shape)}")
         if self.static_graph:
             return None
         # An out-of-range id is a CUDA device assert or an opaque IndexError otherwise. The values come back in one
         # transfer: on a GPU each one is a wait for the device, every step.
         stats = [input_ids.min(), input_ids.max(), token_type_ids.min(), token_type_ids.max()]
+        if positions is not None and positions.numel():
+            stats += [positions.min(), positions.max()]
         if attention_mask is not None:
             stats.append((attention_mask != 0).sum())
-        lo, hi, type_lo, type_hi, *real = torch.stack([v.to(torch.long) for v in stats]).tolist()
+        lo, hi, type_lo, type_hi, *rest = torch.stack([v.to(torch.long) for v in stats]).tolist()
+        if positions is not None and positions.numel():
+            # Out of range, a position would index another sequence's row (the last layer picks rows of the
+            # flattened batch), not fail.
+            pos_lo, pos_hi, *rest = rest
+            if pos_lo < 0 or pos_hi >= input_ids.shape[1]:
+                raise BertPipelineError(f"masked_lm_positions must be in [0, {input_ids.shape[1]}) (the sequence "
+                                        f"length), got {pos_lo if pos_lo < 0 else pos_hi}")
+        real = rest
         if lo < 0 or hi >= cfg.vocab_size:
             bad = lo if lo < 0 else hi
             raise BertPipelineError(f"token id {bad} is outside the vocabulary (vocab_size={cfg.vocab_size}); "
@@ -420,7 +434,7 @@ class BertModel(BertPreTrainedModel):
         (docs/benchmarks-pretrain.md). Not with output_all_encoded_layers, which returns every position."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        real_tokens = self._check_inputs(input_ids, token_type_ids, attention_mask)
+        real_tokens = self._check_inputs(input_ids, token_type_ids, attention_mask, positions)
         layout = self._layout(input_ids, attention_mask, real_tokens)
         x = self.embeddings(input_ids, token_type_ids, layout)
         if positions is not None and not output_all_encoded_layers:

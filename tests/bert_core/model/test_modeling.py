@@ -333,6 +333,13 @@ def test_bad_inputs_have_clear_errors():
         model(torch.ones(1, 4, dtype=torch.long), token_type_ids=torch.full((1, 4), 2))
     with pytest.raises(BertPipelineError, match="attention_mask shape"):
         model(torch.ones(1, 4, dtype=torch.long), attention_mask=torch.ones(1, 5))
+    # Out of range, a masked position would pick another sequence's row in the last layer, silently.
+    ids = torch.ones(2, 4, dtype=torch.long)
+    for bad, named in (([[1, 4], [1, 2]], "got 4"), ([[1, 2], [-1, 2]], "got -1")):
+        with pytest.raises(BertPipelineError, match=rf"masked_lm_positions must be in \[0, 4\).*{named}"):
+            model(ids, positions=torch.tensor(bad))
+    with pytest.raises(BertPipelineError, match="masked_lm_positions must be .batch, predictions."):
+        model(ids, positions=torch.tensor([1, 2]))
 
 
 def test_the_forward_reads_values_from_the_device_once():
