@@ -130,7 +130,8 @@ def measure(name: str, run: PretrainThroughputRun, device: str, profile: int = 0
     """One row: `run`'s batches through both systems' training steps, interleaved step by step."""
     from bert_core.model.modeling import encoder_flops_per_token
     from bert_core.pretrain.step import to_device, train_step
-    from bert_core.train.optim import build_optimizer
+    from bert_core.train.loop import optimizer_step
+    from bert_core.train.optim import build_optimizer, build_scheduler
     from bert_core.train.precision import Precision, resolve_precision
 
     torch.manual_seed(0)
@@ -147,14 +148,20 @@ def measure(name: str, run: PretrainThroughputRun, device: str, profile: int = 0
     batches = [to_device(b, device) for b in batches]
     check_same_loss(models, batches[0], device)
 
-    def step(kind: str, batch: dict[str, torch.Tensor]) -> None:
+    # Ours updates as `pretrain` does (bert_core.train.loop.optimizer_step: the clipping factor folded into the
+    # fused AdamW's step); transformers as its Trainer does (clip_grad_norm_, then the optimizer's step).
+    schedule = build_scheduler(opts["ours"], 10 ** 9, 0.0)  # a constant learning rate, as the peer's
+
+    def step(kind: str, batch: dict[str, torch.Tensor], i: int) -> None:
         model, opt, prec = models[kind], opts[kind], precision[kind]
         if kind == "ours":
             train_step(model, [batch], prec)
-        else:
-            with prec.autocast():
-                loss = model(**hf_inputs(batch)).loss
-            prec.scale(loss).backward()
+            with record_function("optimizer"):
+                optimizer_step(model, opt, schedule, prec, 1.0, i)
+            return
+        with prec.autocast():
+            loss = model(**hf_inputs(batch)).loss
+        prec.scale(loss).backward()
         with record_function("optimizer"):
             prec.unscale_(opt)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -169,7 +176,7 @@ def measure(name: str, run: PretrainThroughputRun, device: str, profile: int = 0
         for kind in order:
             _sync(device.type)
             t0, c0 = time.perf_counter(), time.process_time()
-            step(kind, batch)
+            step(kind, batch, i)
             _sync(device.type)
             if i >= run.warmup:
                 times[kind].append(time.perf_counter() - t0)
@@ -211,7 +218,7 @@ def measure(name: str, run: PretrainThroughputRun, device: str, profile: int = 0
 
         batches_cycle = batches[:max(1, run.warmup)]
         row["profile"] = {kind: profile_steps(models[kind], lambda i, k=kind: step(
-            k, batches_cycle[i % len(batches_cycle)]), profile) for kind in models}
+            k, batches_cycle[i % len(batches_cycle)], i), profile) for kind in models}
     return row
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from bert_core.errors import BertPipelineError
-from bert_core.train.optim import clip_grad_norm
+from bert_core.train.optim import clip_grad_norm, folds_clipping, release_clipping
 from bert_core.train.precision import Precision
 
 
@@ -35,13 +35,18 @@ def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     """
     lr = optimizer.param_groups[0]["lr"]
     precision.unscale_(optimizer)
-    norm = float(clip_grad_norm(model.parameters(), max_grad_norm))
-    if precision.scaler is None and not (math.isfinite(norm) and (loss is None or math.isfinite(loss))):
-        optimizer.zero_grad(set_to_none=True)
-        raise NonFiniteLossError(
-            f"step {step}: the loss is {loss} and the gradient norm {norm} in {precision.dtype} "
-            "(training diverged); lower --lr, raise --warmup-ratio, or clip with --max-grad-norm")
-    outcome = precision.step(optimizer, step)
+    # A loss scaler hands the optimizer its own grad_scale; without one the clipping factor can go there.
+    fold = precision.scaler is None and folds_clipping(optimizer)
+    try:
+        norm = float(clip_grad_norm(model.parameters(), max_grad_norm, into=optimizer if fold else None))
+        if precision.scaler is None and not (math.isfinite(norm) and (loss is None or math.isfinite(loss))):
+            optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLossError(
+                f"step {step}: the loss is {loss} and the gradient norm {norm} in {precision.dtype} "
+                "(training diverged); lower --lr, raise --warmup-ratio, or clip with --max-grad-norm")
+        outcome = precision.step(optimizer, step)
+    finally:
+        release_clipping(optimizer)
     # The schedule follows the step count, skipped steps included, so step N always has the same LR.
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)

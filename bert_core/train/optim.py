@@ -158,12 +158,34 @@ def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int,
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_linear(s, total_steps, warmup))
 
 
-def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:
+def folds_clipping(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether `optimizer` can take the clipping factor into its own step (see clip_grad_norm): torch's fused
+    Adam and AdamW divide each gradient by their `grad_scale` as they read it, the hook GradScaler uses."""
+    return isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW) and bool(optimizer.defaults.get("fused"))
+
+
+def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float,
+                   into: torch.optim.Optimizer | None = None) -> torch.Tensor:
     """Global gradient-norm clipping (Google clips by the global norm, 1.0); returns the norm before
-    clipping. max_norm <= 0 only measures. Non-finite norms are returned, not clipped: the caller skips."""
+    clipping. max_norm <= 0 only measures. Non-finite norms are returned, not clipped: the caller skips.
+
+    With `into` (an optimizer for which folds_clipping holds, and no loss scaler using the same hook), the
+    gradients are not rescaled here: the factor, clip_grad_norm_'s max_norm / (norm + 1e-6) capped at 1, becomes
+    the optimizer's `grad_scale` for its next step, which the caller runs and then clears (release_clipping).
+    That saves a pass over every gradient: 52 ms of a 3 s BERT-base bfloat16 step on one CPU core (1.7%,
+    docs/benchmarks-pretrain.md); the update equals clipping first (test_optim)."""
     params = [p for p in parameters if p.grad is not None]
     if not params:
         return torch.zeros(())
-    if max_norm > 0:
+    if max_norm > 0 and into is None:
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+    if max_norm > 0:
+        # The kernel divides by grad_scale: the reciprocal of the factor, a float32 tensor on the gradients' device.
+        into.grad_scale = ((norm.float() + 1e-6) / max_norm).clamp(min=1.0)
+    return norm
+
+
+def release_clipping(optimizer: torch.optim.Optimizer) -> None:
+    """Drop a clipping factor clip_grad_norm(into=optimizer) left for the optimizer's step."""
+    vars(optimizer).pop("grad_scale", None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -17,6 +18,7 @@ from bert_core.train.optim import (
     build_optimizer,
     build_scheduler,
     clip_grad_norm,
+    folds_clipping,
     parameter_groups,
     trust_ratio,
 )
@@ -126,3 +128,42 @@ def test_global_norm_clipping():
     a.grad, b.grad = torch.tensor([3.0, 0.0]), torch.tensor([4.0])
     assert float(clip_grad_norm([a, b], 0.0)) == pytest.approx(5.0)  # measure only
     assert a.grad.tolist() == [3.0, 0.0]
+
+
+@pytest.mark.parametrize("grad_size", [10.0, 0.01])  # clipped, and below the threshold (factor 1)
+def test_clipping_folded_into_fused_adamw_equals_clipping_first(grad_size):
+    from bert_core.train.loop import optimizer_step
+    from bert_core.train.precision import Precision
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 3))
+    ref = copy.deepcopy(net)
+    grads = [torch.randn_like(p) * grad_size for p in net.parameters()]
+    opt, ref_opt = (build_optimizer(m, "adamw", 1e-2) for m in (net, ref))
+    assert folds_clipping(opt) and opt.defaults["fused"]
+    for step in range(3):
+        for model in (net, ref):
+            for p, g in zip(model.parameters(), grads):
+                p.grad = g * (step + 1)
+        ref_norm = float(torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0))
+        ref_opt.step()
+        ref_opt.zero_grad(set_to_none=True)
+        sched = build_scheduler(opt, total_steps=10, warmup_ratio=0.0)
+        result = optimizer_step(net, opt, sched, Precision("float32", "cpu"), 1.0, step)
+        assert result.grad_norm == pytest.approx(ref_norm, rel=1e-6)
+        assert not hasattr(opt, "grad_scale")  # the factor holds for one step only
+        for p, q in zip(net.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_folded_clipping_is_released_when_the_step_raises():
+    from bert_core.train.loop import NonFiniteLossError, optimizer_step
+    from bert_core.train.precision import Precision
+
+    net = nn.Linear(2, 2)
+    opt = build_optimizer(net, "adamw", 1e-2)
+    for p in net.parameters():
+        p.grad = torch.full_like(p, float("nan"))
+    with pytest.raises(NonFiniteLossError, match="step 4"):
+        optimizer_step(net, opt, build_scheduler(opt, 10, 0.0), Precision("float32", "cpu"), 1.0, 4)
+    assert not hasattr(opt, "grad_scale")
