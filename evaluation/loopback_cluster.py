@@ -24,13 +24,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from bert_core.launch.ports import free_ports
 
 # The environment every node and the driver get (set before a node starts: its raylet passes it on to the
 # workers).
@@ -41,23 +42,6 @@ NODE_ENV = {
     "RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
     "RAY_health_check_failure_threshold": "3",
 }
-
-# Ray's worker-port range, refused for the head's GCS port.
-_RAY_WORKER_PORTS = range(10002, 20000)
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct loopback TCP ports nothing listens on now, outside Ray's worker-port range (the OS may
-    offer a port again until something binds it, hence distinct)."""
-    ports: list[int] = []
-    while len(ports) < count:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port not in _RAY_WORKER_PORTS and port not in ports:
-            ports.append(port)
-    return ports
-
 
 def drain_node(node_id: str, deadline_s: float, message: str) -> int:
     """Drain a node as a spot/preemption notice does (Ray's GCS drain API, reason PREEMPTION, a deadline

@@ -33,8 +33,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from bert_core.launch.ports import free_ports
 from evaluation.airflow_rest import AirflowApi
-from evaluation.loopback_cluster import free_ports
 
 PROFILES = ("default", "production")
 BUCKET = "bert-stack-bench"

@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bert_pipeline.stack.state import free_port
+from bert_core.launch.ports import free_ports
 
 
 def post_json(url: str, body: dict) -> tuple[int, dict]:
@@ -27,7 +27,7 @@ class ModelServer:
     """`mlflow models serve` of a model URI as a child process; stopped on exit."""
 
     def __init__(self, uri: str, env: dict[str, str], log: Path):
-        self.port = free_port()
+        [self.port] = free_ports()
         self.log = log.open("w")
         mlflow = Path(sys.executable).with_name("mlflow")
         self.process = subprocess.Popen(

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from bert_core.launch.ports import free_ports
 from bert_pipeline.stack import processes, supervisor
 from bert_pipeline.stack import ray_head as ray_service
 from bert_pipeline.stack.health import wait_healthy
-from evaluation.loopback_cluster import free_ports
 
 
 @dataclass

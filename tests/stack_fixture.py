@@ -36,8 +36,8 @@ from pathlib import Path
 
 import pytest
 
+from bert_core.launch.ports import free_ports
 from bert_pipeline.stack.airflow import PASSWORD_FILE
-from evaluation.loopback_cluster import free_ports
 
 UP_TIMEOUT_S = 400  # `stack up` waits up to its own --timeout (300 s) per phase; this bounds the whole command
 

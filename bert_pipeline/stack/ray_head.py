@@ -7,11 +7,9 @@ import hashlib
 import tempfile
 from pathlib import Path
 
+from bert_core.launch.ports import free_ports
 from bert_pipeline.stack.health import http_ok
 from bert_pipeline.stack.service import Record, Service, base_env, executable
-from bert_pipeline.stack.state import free_port
-
-WORKER_PORTS = (10002, 19999)  # `ray start`'s default --min-worker-port/--max-worker-port
 
 
 def _more_logs(record: Record) -> str:
@@ -49,9 +47,7 @@ def spec(home: Path, ports: dict[str, int], num_cpus: int) -> Record:
     # Ray's other fixed default ports (client server 10001, dashboard agent 52365) would clash with a second head
     # or a local ray.init() on this machine: free ones instead, none of the head's own (not bound yet, so the OS
     # may offer one of them again: CI saw the agent given the dashboard's port) nor in its workers' range.
-    taken = {*ports.values(), *range(WORKER_PORTS[0], WORKER_PORTS[1] + 1)}
-    client_port = free_port(avoid=taken)
-    agent_port = free_port(avoid=taken | {client_port})
+    client_port, agent_port = free_ports(2, avoid=set(ports.values()))
     return {
         "command": [executable("ray"), "start", "--head", "--block",
                     "--node-ip-address", "127.0.0.1", "--port", str(ports["ray_gcs"]),

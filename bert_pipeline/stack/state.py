@@ -8,7 +8,7 @@ import fcntl
 import json
 import os
 import socket
-from collections.abc import Container, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,14 +84,3 @@ def port_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def free_port(avoid: Container[int] = ()) -> int:
-    """A TCP port nothing listens on right now (the OS's choice), not one of `avoid`: ports already handed to a
-    service that has not bound them yet are free to the OS too, and it does hand the same one out again."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port not in avoid:
-            return port

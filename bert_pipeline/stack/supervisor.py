@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 from bert_core.errors import BertPipelineError
+from bert_core.launch.ports import RAY_WORKER_PORTS
 from bert_pipeline.stack import processes, ray_head
 from bert_pipeline.stack.health import http_ok, wait_healthy
 from bert_pipeline.stack.profiles import DEFAULT, PROFILES, Options, Profile
@@ -21,7 +22,7 @@ def check_ports(ports: dict[str, int]) -> None:
     clashes = {port for port in ports.values() if list(ports.values()).count(port) > 1}
     if clashes:
         raise BertPipelineError(f"two services cannot share port {min(clashes)}: give each its own port")
-    low, high = ray_head.WORKER_PORTS
+    low, high = RAY_WORKER_PORTS[0], RAY_WORKER_PORTS[-1]
     for key in ray_head.SERVICE.port_keys:
         if key in ports and low <= ports[key] <= high:
             raise BertPipelineError(f"{PORT_FLAGS[key]} {ports[key]}: Ray keeps ports {low}-{high} for its "

@@ -24,7 +24,7 @@ import urllib.request
 
 import pytest
 
-from bert_pipeline.stack.state import free_port
+from bert_core.launch.ports import free_ports
 from operators import promotion_lock, registry
 from tests.tiny_bert import write_tiny_bert
 
@@ -35,7 +35,7 @@ WAIT_S = 180  # generous: the machine may be loaded; a hang fails here instead o
 def server(tmp_path_factory):
     """`mlflow server` on a free loopback port: sqlite store, artifacts under its own directory (proxied)."""
     root = tmp_path_factory.mktemp("mlflow-server")
-    port = free_port()
+    [port] = free_ports()
     db = root / "mlflow.db"
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     env.pop("MLFLOW_TRACKING_URI", None)

@@ -7,7 +7,6 @@ The workers are real processes joined by a torch.distributed gloo group on loopb
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import torch
 import torch.distributed as torch_dist
 import torch.multiprocessing as mp
 
+from bert_core.launch.ports import free_ports
 from bert_core.model.weights import read_state_dict
 from bert_core.pretrain.step import PretrainConfig, pretrain
 from tests.synthetic_shards import tiny_model_config, write_shards
@@ -49,15 +49,9 @@ def _worker(rank: int, world: int, port: int, config: PretrainConfig, stop_at: i
         torch_dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_workers(world: int, config: PretrainConfig, stop_at: int | None = None) -> None:
     """`pretrain(config)` on `world` gloo worker processes; raises if any worker fails."""
-    mp.start_processes(_worker, args=(world, _free_port(), config, stop_at), nprocs=world, join=True,
+    mp.start_processes(_worker, args=(world, free_ports()[0], config, stop_at), nprocs=world, join=True,
                        start_method="spawn")
 
 
