@@ -452,3 +452,44 @@ def test_cpu_bfloat16_attention_gradients_keep_float32_softmax_accuracy(seed):
     (modeling._explicit_attention(*ours, key_mask, 0.0).float() * weights).sum().backward()
     error = float((ours[1].grad.double() - exact[1].grad).norm() / exact[1].grad.norm())
     assert error < 0.05, error
+
+
+def test_narrowing_linear_on_cpu_bfloat16_gives_autograds_gradients():
+    # The feed-forward output (intermediate -> hidden) computes its weight gradient in another memory order on
+    # CPU under bfloat16 autocast; the same products, so every gradient equals autograd's up to the order of
+    # float32 accumulation.
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=96,
+                     hidden_dropout_prob=0.0)
+    out = modeling.BertResidualOutput(cfg, cfg.intermediate_size)
+    hidden = torch.randn(40, 96, requires_grad=True)
+    residual = torch.randn(40, 32)
+    grads = []
+    for fast in (True, False):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = out(hidden, residual) if fast else out.LayerNorm(out.dense(hidden) + residual)
+        assert _path_in_graph(y) == fast
+        (y.float() * torch.linspace(-1, 1, 32)).sum().backward()
+        grads.append([t.grad.clone() for t in (hidden, out.dense.weight, out.dense.bias)])
+        for t in (hidden, out.dense.weight, out.dense.bias):
+            t.grad = None
+    for fast, plain in zip(*grads):
+        torch.testing.assert_close(fast, plain, rtol=1e-2, atol=1e-3)
+    # Where it does not pay (widening, or no autocast) the layer runs as nn.Linear.
+    assert not _path_in_graph(modeling._linear(out.dense, hidden))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        wide = torch.nn.Linear(32, 96)
+        assert not _path_in_graph(modeling._linear(wide, residual))
+
+
+def _path_in_graph(y: torch.Tensor) -> bool:
+    seen, stack = set(), [y.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        if "_NarrowOutputLinear" in type(fn).__name__:
+            return True
+        stack.extend(f for f, _ in fn.next_functions)
+    return False
