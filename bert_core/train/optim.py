@@ -174,6 +174,10 @@ def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float,
     the optimizer's `grad_scale` for its next step, which the caller runs and then clears (release_clipping).
     That saves a pass over every gradient: 52 ms of a 3 s BERT-base bfloat16 step on one CPU core (1.7%,
     docs/benchmarks-pretrain.md); the update equals clipping first (test_optim)."""
+    if into is not None and not folds_clipping(into):
+        # Anything else would ignore the factor: training would run unclipped without a word.
+        raise BertPipelineError(f"clip_grad_norm(into=...): {type(into).__name__} does not apply a grad_scale "
+                                "(torch's fused Adam or AdamW does); clip the gradients instead (into=None)")
     params = [p for p in parameters if p.grad is not None]
     if not params:
         return torch.zeros(())

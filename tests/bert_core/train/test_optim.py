@@ -167,3 +167,13 @@ def test_folded_clipping_is_released_when_the_step_raises():
     with pytest.raises(NonFiniteLossError, match="step 4"):
         optimizer_step(net, opt, build_scheduler(opt, 10, 0.0), Precision("float32", "cpu"), 1.0, 4)
     assert not hasattr(opt, "grad_scale")
+
+
+def test_folding_clipping_into_an_optimizer_that_ignores_it_is_refused():
+    net = nn.Linear(2, 2)
+    for p in net.parameters():
+        p.grad = torch.ones_like(p)
+    for opt in (build_optimizer(net, "lamb", 1e-2), torch.optim.AdamW(net.parameters(), lr=1e-2, foreach=True)):
+        with pytest.raises(BertPipelineError, match="does not apply a grad_scale"):
+            clip_grad_norm(net.parameters(), 1.0, into=opt)
+        assert not hasattr(opt, "grad_scale")
