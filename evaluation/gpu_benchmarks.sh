@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The GPU figures of docs/benchmarks-pretrain.md ("GPU") in one call, for a machine lent for minutes:
+#   0. the CUDA cases of the unit tests (gradient clipping folded into CUDA's fused AdamW);
 #   1. the pretraining step, ours against transformers' BertForPreTraining, bfloat16, BERT-base and BERT-large,
 #      seq 128 (batch 128, 20 masked positions) and seq 512 (batch 32, 80): tokens/s, ratio, MFU; BERT-base at
 #      batch 512, and in float32;
@@ -22,6 +23,10 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 status=0
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+
+# CUDA cases of the unit tests that CI (no GPU) skips; --noconftest: the suite's conftest needs Ray, Airflow and
+# the rest of our pins, which such a machine lacks.
+python3 -m pytest --noconftest -p no:cacheprovider -q -rs tests/bert_core/train/test_optim.py -k folded || status=1
 
 python3 -m evaluation.pretrain_throughput --configs bert_12_768_12 bert_24_1024_16 --dtype bfloat16 \
     --batch-size 128 --max-seq-length 128 --max-predictions 20 --steps 20 --warmup 5 \

@@ -130,13 +130,19 @@ def test_global_norm_clipping():
     assert a.grad.tolist() == [3.0, 0.0]
 
 
+# CUDA's fused AdamW takes grad_scale as GradScaler hands it over; CI has no GPU, a lent machine runs this
+# with `pytest --noconftest` (evaluation/gpu_benchmarks.sh).
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("grad_size", [10.0, 0.01])  # clipped, and below the threshold (factor 1)
-def test_clipping_folded_into_fused_adamw_equals_clipping_first(grad_size):
+def test_clipping_folded_into_fused_adamw_equals_clipping_first(grad_size, device):
     from bert_core.train.loop import optimizer_step
     from bert_core.train.precision import Precision
 
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 3))
+    net = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 3)).to(device)
     ref = copy.deepcopy(net)
     grads = [torch.randn_like(p) * grad_size for p in net.parameters()]
     opt, ref_opt = (build_optimizer(m, "adamw", 1e-2) for m in (net, ref))
@@ -149,7 +155,7 @@ def test_clipping_folded_into_fused_adamw_equals_clipping_first(grad_size):
         ref_opt.step()
         ref_opt.zero_grad(set_to_none=True)
         sched = build_scheduler(opt, total_steps=10, warmup_ratio=0.0)
-        result = optimizer_step(net, opt, sched, Precision("float32", "cpu"), 1.0, step)
+        result = optimizer_step(net, opt, sched, Precision("float32", device), 1.0, step)
         assert result.grad_norm == pytest.approx(ref_norm, rel=1e-6)
         assert not hasattr(opt, "grad_scale")  # the factor holds for one step only
         for p, q in zip(net.parameters(), ref.parameters()):
