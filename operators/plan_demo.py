@@ -35,6 +35,12 @@ class DemoValues:
     pretrain: dict[str, Any]  # PretrainConfig fields
     finetune: dict[str, Any]  # FinetuneConfig fields, both tasks
     squad: dict[str, Any]  # FinetuneConfig fields, SQuAD's own
+    pretrain_also: tuple[str, ...] = ()  # PretrainConfig fields in the form at the library's defaults
+
+    @property
+    def pretrain_fields(self) -> tuple[str, ...]:
+        """The pretraining Params, in form order: the demo's values, then the library defaults it offers."""
+        return (*self.pretrain, *self.pretrain_also)
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,7 @@ def plan(params: dict[str, Any], run_id: str | None, values: DemoValues, declare
     work = run_dir(DAG_ID, params, run_id)
     model = params.get("model") or default_model_dir()
     shards = settings_from(params, tuple(values.shards))
-    pretrain = settings_from(params, tuple(values.pretrain), PRETRAIN)
+    pretrain = settings_from(params, values.pretrain_fields, PRETRAIN)
     check_phase(f"{DAG_ID} params", shards, pretrain)
     finetune = settings_from(params, tuple(values.finetune), FINETUNE)
     own = {"squad": settings_from(params, tuple(values.squad), SQUAD)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -249,6 +250,12 @@ def test_demo_params_are_the_library_fields_and_keep_the_old_names(tmp_path, mon
     assert old.pretrain["num_steps"] == 8 and old.finetune["sst-2"].settings["num_workers"] == 0
     assert "'pretrain_steps' is deprecated; write 'pretrain_num_steps'" in caplog.text
     assert plan(squad_epochs=1).finetune["squad"].settings["epochs"] == 1
+    # The seed is in the form at the library's default (not a second copy of it), and reaches pretraining.
+    from bert_core.pretrain.config import PretrainConfig
+
+    library_seed = next(f.default for f in dataclasses.fields(PretrainConfig) if f.name == "seed")
+    assert defaults["pretrain_seed"] == library_seed and "seed" not in DEMO.pretrain
+    assert plan(pretrain_seed=3).pretrain["seed"] == 3
     assert plan(squad_epochs=1).finetune["sst-2"].settings["epochs"] == DEMO.finetune["epochs"]
     # One length per task, as the demo sizes them: SST-2 sentences 32 tokens, SQuAD windows 64.
     demo = plan()
