@@ -130,9 +130,10 @@ def test_global_norm_clipping():
     assert a.grad.tolist() == [3.0, 0.0]
 
 
-# CUDA's fused AdamW takes grad_scale as GradScaler hands it over; CI has no GPU, a lent machine runs this
-# with `pytest --noconftest` (evaluation/gpu_benchmarks.sh).
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
+# CUDA's fused AdamW takes grad_scale as GradScaler hands it over. CI has no GPU and runs the CPU case only; the
+# CUDA case exists where a GPU does: evaluation/gpu_benchmarks.sh runs it with `pytest --noconftest` on a lent
+# machine (passed on an H100, docs/benchmarks-pretrain.md).
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 
 
 @pytest.mark.parametrize("device", DEVICES)
