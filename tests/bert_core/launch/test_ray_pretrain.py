@@ -142,18 +142,6 @@ def test_paths_are_made_absolute_for_the_workers(tmp_path, monkeypatch):
     assert config.output == f"{tmp_path}/out" and config.model == "bert_2_128_2" and config.resume == "latest"
 
 
-def test_elastic_range_runs_and_records_the_world_size(ray_session, setup, tracking_home):
-    """--num-workers 1:2 on a 2-CPU Ray: Ray's elastic policy starts the largest group that fits; the steps are
-    those of the fixed-size run, and the run's MLflow record has the world size."""
-    _, make, reference, _ = setup
-    result = run_step(PRETRAIN, make("elastic", num_workers="1:2", tracking=True, resize_interval=5.0))
-    assert result["training"]["world_size"] == 2 and result["training"]["steps"] == STEPS
-    torch.testing.assert_close(_mlflow_losses(tracking_home, result["mlflow_run_id"]), reference,
-                               rtol=1e-4, atol=1e-5)
-    client = mlflow.MlflowClient(f"sqlite:///{tracking_home / 'mlflow.db'}")
-    assert [(m.step, m.value) for m in client.get_metric_history(result["mlflow_run_id"], "world_size")] == [(0, 2.0)]
-
-
 def test_too_few_placeable_workers_fail_with_one_line(ray_session, setup):
     """3 workers of 1 CPU on a 2-CPU Ray: after --placement-timeout the run fails naming what is missing."""
     _, make, _, _ = setup
