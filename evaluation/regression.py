@@ -11,6 +11,8 @@ ratio, not the absolute rate, is what stays comparable from one night (and machi
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,19 @@ class Finding:
     allowed_drop: float | None
     regressed: bool
     note: str = ""
+
+
+def median_reference(nights: list[dict[str, float]], keys: Iterable[str]) -> dict[str, float]:
+    """Per key, the median of its values over `nights` (a night without the key, or with NaN, does not count; a
+    key no night has is left out). The reference of the speed ratios: one night's ratio moves with the machine's
+    phase (the BERT-base pretraining step's went 1.73x-2.19x on one machine within an hour), so the last good
+    night alone fails a slow night after a lucky one, and lets every lucky night raise the bar for the next."""
+    reference = {}
+    for key in keys:
+        values = [n[key] for n in nights if key in n and not math.isnan(n[key])]
+        if values:
+            reference[key] = statistics.median(values)
+    return reference
 
 
 def _metric_name(key: str) -> str:

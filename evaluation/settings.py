@@ -84,9 +84,12 @@ class NightlyDefaults:
     """What `bert_nightly_regression` runs when its Params are left alone: the tolerances of the regression
     judgment, and speed runs that fit a night's budget on 2 CPU cores: the fine-tuning throughput at MiniLM's
     size (one warm-up step), the pretraining step at BERT-base size (seq 128, 20 masked positions), and the time
-    to accuracy at the small size (L2/H128, 400 steps, the peer at 2e-3, its best of the benchmark's grid)."""
+    to accuracy at the small size (L2/H128, 400 steps, the peer at 2e-3, its best of the benchmark's grid).
+    The speed ratios are judged against their median over the last `speed_reference_nights` good nights
+    (evaluation.regression.median_reference); quality against the last good night."""
 
     tolerances: Tolerances = field(default_factory=Tolerances)
+    speed_reference_nights: int = 5
     throughput: ThroughputRun = field(default_factory=lambda: ThroughputRun(configs=("bert_6_384_12",), warmup=1))
     pretrain_throughput: PretrainThroughputRun = field(default_factory=lambda: PretrainThroughputRun(
         configs=("bert_12_768_12",), steps=3, warmup=1))

@@ -9,8 +9,9 @@ Every night:
    what is compared; absolute speeds depend on the machine's load): the fine-tuning step and inference
    (evaluation.model_throughput), the pretraining step at BERT-base size (evaluation.pretrain_throughput) and the
    time to the peer's held-out masked-LM accuracy at the small size (evaluation.pretrain_convergence);
-4. compare: champions and throughput against the last night that passed, candidates against their champion,
-   with tolerances (evaluation.regression); write a Markdown report with history plots (PNG), log it all to
+4. compare: champions against the last night that passed, the speed ratios against their median over the last
+   few nights that passed (NIGHTLY.speed_reference_nights: one night's ratio moves with the machine's load),
+   candidates against their champion, with tolerances (evaluation.regression); write a Markdown report with history plots (PNG), log it all to
    the MLflow experiment `bert-nightly` (metrics, report, plots, results JSON, tag `nightly.status`) and fail
    the task when anything regressed.
 
@@ -201,10 +202,10 @@ def time_to_accuracy(work: str, settings: dict[str, Any] | None = None, corpus: 
     return {f"time_to_accuracy/{run.config}": 0.0 if ratio is None else float(ratio)}
 
 
-def _last_good_night(client, experiment_id: str) -> Any | None:
-    runs = client.search_runs([experiment_id], filter_string=f"tags.`{STATUS_TAG}` = 'passed'",
-                              order_by=["attributes.start_time DESC"], max_results=1)
-    return runs[0] if runs else None
+def _good_nights(client, experiment_id: str, count: int) -> list[Any]:
+    """The last `count` nights that passed, newest first."""
+    return client.search_runs([experiment_id], filter_string=f"tags.`{STATUS_TAG}` = 'passed'",
+                              order_by=["attributes.start_time DESC"], max_results=count)
 
 
 def _history(client, experiment_id: str) -> list[Any]:
@@ -215,17 +216,22 @@ def _history(client, experiment_id: str) -> list[Any]:
 
 def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float], work: str,
                        quality_tolerance: float | None = None, throughput_tolerance: float | None = None,
-                       time_to_accuracy_tolerance: float | None = None) -> dict[str, Any]:
-    """Compare tonight with the last good night and candidates with champions; log to MLflow; raise on regression.
-    A tolerance left None is NIGHTLY's."""
+                       time_to_accuracy_tolerance: float | None = None,
+                       speed_reference_nights: int | None = None) -> dict[str, Any]:
+    """Compare tonight with the last good night (the speed ratios with their median over the last
+    `speed_reference_nights` good nights) and candidates with champions; log to MLflow; raise on regression.
+    A setting left None is NIGHTLY's."""
     import mlflow
 
     from bert_core.errors import BertPipelineError
     from bert_core.io import storage
     from bert_core.io.tracking import build_tracker, standard_tags
-    from evaluation.regression import compare, findings_json, plot_history, render_report
+    from evaluation.regression import compare, findings_json, median_reference, plot_history, render_report
     from operators.tasks import ensure_experiment
 
+    nights = speed_reference_nights if speed_reference_nights is not None else NIGHTLY.speed_reference_nights
+    if nights < 1:
+        raise BertPipelineError(f"speed_reference_nights: expected at least 1 night, got {nights}")
     tolerances = dataclasses.replace(NIGHTLY.tolerances, **{k: v for k, v in (
         ("quality", quality_tolerance), ("throughput", throughput_tolerance),
         ("time_to_accuracy", time_to_accuracy_tolerance)) if v is not None})
@@ -238,7 +244,8 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
     ensure_experiment(EXPERIMENT)
     tracker = build_tracker(True, experiment=EXPERIMENT, run_name="nightly")
     client = mlflow.MlflowClient(tracker.tracking_uri)
-    last = _last_good_night(client, tracker.experiment_id)
+    good = _good_nights(client, tracker.experiment_id, nights)
+    last = good[0] if good else None
     history = _history(client, tracker.experiment_id)
     notes: list[str] = []
     sections = []
@@ -247,6 +254,8 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
         vs_last = []
     else:
         reference = dict(last.data.metrics)
+        reference.update(median_reference([dict(r.data.metrics) for r in good],
+                                          [k for k in tonight if k.startswith(SPEED_KEYS)]))
         keys = []
         for key in sorted(tonight):
             model = key.split("/", 1)[0]
@@ -267,7 +276,9 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
                          f"({when}). Versions tonight: "
                          + (", ".join(f"{n} v{s['version']}" for n, s in sorted(champions.items())) or "none") + ".",
                          [f for f in vs_last if not f.key.startswith(SPEED_KEYS)]))
-        sections.append(("Speed against the last good night",
+        sections.append((f"Speed against the last {len(good)} good night(s)",
+                         f"Each ratio against its median over the last {len(good)} good night(s) (up to "
+                         f"{nights}: one night's ratio moves with the machine's load). "
                          "Ratios of ours to transformers measured in the same run: tokens/s of the fine-tuning step "
                          "and inference (`throughput/<config>/<mode>`, evaluation.model_throughput) and of the "
                          "pretraining step (`throughput/pretrain_step/<config>`, evaluation.pretrain_throughput); the "
@@ -297,7 +308,8 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
                                [f"plots/{p.name}" for p in plots])
         (out / "report.md").write_text(report + "\n")
         results = {"status": status, "tonight": tonight, "candidates": candidates, "champions": champions,
-                   "last_good_run": last.info.run_id if last else None, "tolerances": vars(tolerances),
+                   "last_good_run": last.info.run_id if last else None,
+                   "speed_reference_runs": [r.info.run_id for r in good], "tolerances": vars(tolerances),
                    "findings": findings_json([f for _, _, fs in sections for f in fs]), "notes": notes}
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
 
@@ -305,6 +317,7 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
         tracker.log_params({**pins, "quality_tolerance": tolerances.quality,
                             "throughput_tolerance": tolerances.throughput,
                             "time_to_accuracy_tolerance": tolerances.time_to_accuracy,
+                            "speed_reference_nights": nights,
                             **{f"version.{n}.{s['role']}": s["version"] for n, s in
                                [*champions.items(), *candidates.items()]}})
         tracker.log_metrics(tonight, step=0)

@@ -2,9 +2,9 @@
 
 plan (champion + newest candidate of each registered task model) -> evaluate each on the pinned dev data
 (mapped), run the fine-tuning throughput benchmark, and the pretraining speed benchmarks (the step at BERT-base
-size; the time to the peer's held-out accuracy at the small size) -> compare with the last good night and with
-the champions -> Markdown report + plots logged to MLflow (experiment `bert-nightly`); the run fails on a
-regression.
+size; the time to the peer's held-out accuracy at the small size) -> compare with the last good night (the
+speed ratios with their median over the last few) and with the champions -> Markdown report + plots logged to
+MLflow (experiment `bert-nightly`); the run fails on a regression.
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ PARAMS = in_sections({
     "throughput_tolerance": Param(NIGHTLY.tolerances.throughput, type="number", minimum=0, description="Relative "
                                   "drop of the ours/transformers throughput ratio that counts as a regression.",
                                   section=section(TOLERANCES)),
+    "speed_reference_nights": Param(NIGHTLY.speed_reference_nights, type="integer", minimum=1,
+                                    description="The speed ratios are compared with their median over this many "
+                                                "last good nights (one night's ratio moves with the machine's "
+                                                "load); quality with the last good night.",
+                                    section=section(TOLERANCES)),
     "throughput_configs": Param(list(NIGHTLY.throughput.configs), type="array", description="Architectures for "
                                 "the throughput benchmark, as zoo names bert_LAYERS_HIDDEN_HEADS (bert_6_384_12: "
                                 "MiniLM's size; bert_12_768_12: BERT-base); empty: skip.",
@@ -163,7 +168,7 @@ def bert_nightly_regression():
     def compare_and_report(evaluated: list[dict], speed: dict, pretraining: dict, work_dir: str, params=None) -> dict:
         return nightly.compare_and_report(list(evaluated), {**speed, **pretraining}, work_dir,
                                           params["quality_tolerance"], params["throughput_tolerance"],
-                                          params["time_to_accuracy_tolerance"])
+                                          params["time_to_accuracy_tolerance"], params["speed_reference_nights"])
 
     work = work_dir()
     evaluated = evaluate.partial(work_dir=work).expand(spec=plan())

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
-from evaluation.regression import Tolerances, compare, plot_history, render_report
+import pytest
+
+from evaluation.regression import Tolerances, compare, median_reference, plot_history, render_report
 
 TOL = Tolerances(quality=0.01, throughput=0.2)
 
@@ -37,6 +39,18 @@ def test_time_to_accuracy_has_its_own_tolerance():
     # Ours never reaching the peer's accuracy is a ratio of 0: a regression against any night that got there.
     assert _by_key(compare({"time_to_accuracy/bert_2_128_2": 0.0}, reference, tolerances))[
         "time_to_accuracy/bert_2_128_2"].regressed
+
+
+def test_speed_is_judged_against_the_median_of_recent_nights():
+    key = "throughput/pretrain_step/bert_12_768_12"
+    # The same code on one machine, one lucky night (2.19x) last: against it alone, a slow-phase 1.73x is a 21% drop.
+    nights = [{key: 2.19}, {key: 1.96, "other": 1.0}, {key: float("nan")}, {}, {key: 1.92}, {key: 2.03}]
+    reference = median_reference(nights, [key, "other", "never"])
+    assert reference == {key: pytest.approx(1.995), "other": 1.0}  # NaN and absent nights do not count; a key no night has is absent
+    assert not compare({key: 1.73}, reference, TOL, [key])[0].regressed  # -13% < 20%
+    assert compare({key: 1.73}, {key: 2.19}, TOL, [key])[0].regressed
+    assert compare({key: 1.55}, reference, TOL, [key])[0].regressed  # a real 22% drop still fails
+    assert median_reference([], [key]) == {}
 
 
 def test_improvements_never_regress_and_loss_is_lower_is_better():

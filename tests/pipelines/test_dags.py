@@ -210,6 +210,7 @@ def test_nightly_dag_is_scheduled_daily_and_maps_over_models(dagbag):
                                                          NIGHTLY.throughput.batch_size,
                                                          NIGHTLY.throughput.max_seq_length)
     assert dag.params["time_to_accuracy_tolerance"] == NIGHTLY.tolerances.time_to_accuracy
+    assert dag.params["speed_reference_nights"] == NIGHTLY.speed_reference_nights == 5
     assert (dag.params["pretrain_step_configs"], dag.params["pretrain_step_max_predictions"]) == (
         list(NIGHTLY.pretrain_throughput.configs), NIGHTLY.pretrain_throughput.max_predictions) == (
         ["bert_12_768_12"], 20)

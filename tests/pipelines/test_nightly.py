@@ -121,6 +121,7 @@ def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, mi
         runs[0].data.metrics["throughput/pretrain_step/bert_2_64_2"])
     assert results["candidates"]["bert-sst-2"]["version"] == candidate
     assert results["last_good_run"] == runs[0].info.run_id
+    assert results["speed_reference_runs"] == [runs[0].info.run_id]  # the one good night so far
     report = (tmp_path / "night2" / "report" / "report.md").read_text()
     assert "**FAILED: 1 regression(s)**" in report and "| bert-sst-2/accuracy |" in report
     assert runs[1].data.metrics["candidate/bert-sst-2/accuracy"] < runs[1].data.metrics["bert-sst-2/accuracy"]
