@@ -11,9 +11,9 @@ Every night:
    time to the peer's held-out masked-LM accuracy at the small size (evaluation.pretrain_convergence);
 4. compare: champions against the last night that passed, the speed ratios against their median over the last
    few nights that passed (NIGHTLY.speed_reference_nights: one night's ratio moves with the machine's load),
-   candidates against their champion, with tolerances (evaluation.regression); write a Markdown report with history plots (PNG), log it all to
-   the MLflow experiment `bert-nightly` (metrics, report, plots, results JSON, tag `nightly.status`) and fail
-   the task when anything regressed.
+   candidates against their champion, with tolerances (evaluation.regression); write a Markdown report with
+   history plots (PNG), log it all to the MLflow experiment `bert-nightly` (metrics, report, plots, results
+   JSON, tag `nightly.status`) and fail the task when anything regressed.
 
 A night whose pinned data changed (another sha256 than the last good night's) is not compared with it for
 that task: the numbers would measure the data, not the models; the report says so. Defaults (tolerances,
