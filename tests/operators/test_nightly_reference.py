@@ -4,6 +4,7 @@ nights and nights beyond the window left out, and what the report and results sa
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -19,8 +20,10 @@ def past_nights(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    client = MlflowClient()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    # Named, not taken from the environment: an earlier test in this process may have set mlflow's global URI.
+    client = MlflowClient(uri)
     experiment = client.create_experiment(nightly.EXPERIMENT)
     nights = [(2.50, "passed"), (1.90, "passed"), (2.03, "passed"), (1.92, "passed"), (1.00, "failed"),
               (1.96, "passed"), (2.19, "passed")]
@@ -55,7 +58,7 @@ def test_speed_is_compared_with_the_median_of_the_last_good_nights(past_nights, 
     # A window of no night is refused before anything is logged.
     from mlflow import MlflowClient
 
-    client = MlflowClient()
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     experiment = client.get_experiment_by_name(nightly.EXPERIMENT).experiment_id
     before = len(client.search_runs([experiment]))
     with pytest.raises(BertPipelineError, match="speed_reference_nights: expected at least 1 night, got 0"):
