@@ -29,8 +29,9 @@ from bert_core.model.modeling import (  # noqa: F401
     LogitsOutput,
     PreTrainingOutput,
     QuestionAnsweringOutput,
+    TiedGradient,
     count_parameters,
     dropout,
 )
 
-__all__ = ['BertModelOutput', 'PreTrainingOutput', 'LogitsOutput', 'QuestionAnsweringOutput', 'Dropout', 'dropout', 'BertEmbeddings', 'BertSelfAttention', 'BertResidualOutput', 'BertAttention', 'BertIntermediate', 'BertLayer', 'BertEncoder', 'BertPooler', 'BertPreTrainedModel', 'BertModel', 'BertPredictionHeadTransform', 'BertLMPredictionHead', 'BertOnlyMLMHead', 'BertOnlyNSPHead', 'BertPreTrainingHeads', 'BertForPreTraining', 'BertForMaskedLM', 'BertForNextSentencePrediction', 'BertForSequenceClassification', 'BertForTokenClassification', 'BertForQuestionAnswering', 'count_parameters']
+__all__ = ['BertModelOutput', 'PreTrainingOutput', 'LogitsOutput', 'QuestionAnsweringOutput', 'Dropout', 'dropout', 'BertEmbeddings', 'BertSelfAttention', 'BertResidualOutput', 'BertAttention', 'BertIntermediate', 'BertLayer', 'BertEncoder', 'BertPooler', 'BertPreTrainedModel', 'BertModel', 'BertPredictionHeadTransform', 'BertLMPredictionHead', 'BertOnlyMLMHead', 'BertOnlyNSPHead', 'BertPreTrainingHeads', 'BertForPreTraining', 'BertForMaskedLM', 'BertForNextSentencePrediction', 'BertForSequenceClassification', 'BertForTokenClassification', 'BertForQuestionAnswering', 'TiedGradient', 'count_parameters']

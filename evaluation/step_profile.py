@@ -23,7 +23,9 @@ from torch.autograd.profiler import record_function
 PARTS = ("embeddings", "attention", "feed-forward", "MLM head", "pooler + NSP", "loss", "optimizer")
 # Attributed by op name: embedding lookups take integer ids (no input gradient to close a backward range on),
 # and the loss is a few functional calls (cross-entropy forward, its two backward nodes), not a module.
-EMBEDDING_BACKWARD_OPS = ("autograd::engine::evaluate_function: EmbeddingBackward0",)
+# Ours looks the word embeddings up through modeling._TiedLookup (their gradient shared with the decoder's).
+EMBEDDING_BACKWARD_OPS = ("autograd::engine::evaluate_function: EmbeddingBackward0",
+                          "autograd::engine::evaluate_function: _TiedLookupBackward")
 LOSS_OPS = ("aten::cross_entropy_loss", "autograd::engine::evaluate_function: NllLossBackward0",
             "autograd::engine::evaluate_function: LogSoftmaxBackward0")
 

@@ -173,6 +173,79 @@ class _Layout:
         return row_of[flat]
 
 
+# --------------------------------------------------------------------------- tied word embeddings
+
+
+class TiedGradient:
+    """The gradient of the word embeddings that the MLM decoder shares, built once for both uses. autograd gives
+    each use its own [vocab, hidden] gradient (the lookup's a zeroed matrix with its rows added) and sums them:
+    two passes over a freshly allocated vocabulary-sized matrix per step, about 60 ms of a 3 s BERT-base bfloat16
+    step on CPU, where each fresh 94 MB matrix is page faults (docs/benchmarks-pretrain.md). Here the decoder's
+    backward, which runs first (its input comes from the lookup's output), leaves its gradient in this holder, and
+    the lookup's backward adds its rows into it in place and hands autograd the sum as the weight's one gradient.
+    The same products and additions, the looked-up rows added to the decoder's gradient one by one rather than
+    summed first: the same gradients up to float32 rounding (test_modeling). One holder per forward pass."""
+
+    def __init__(self) -> None:
+        self.grad: Tensor | None = None
+
+    @staticmethod
+    def for_forward(embeddings: nn.Embedding, decoder: nn.Linear) -> TiedGradient | None:
+        """A holder where a backward will follow (grad mode, a weight that learns) and the weight is shared."""
+        weight = embeddings.weight
+        if torch.is_grad_enabled() and weight.requires_grad and decoder.weight is weight:
+            return TiedGradient()
+        return None
+
+
+class _TiedLookup(torch.autograd.Function):
+    """F.embedding(ids, weight); its backward adds the looked-up rows' gradients to the decoder's."""
+
+    @staticmethod
+    def forward(ctx, weight: Tensor, ids: Tensor, tied: TiedGradient) -> Tensor:
+        ctx.save_for_backward(ids)
+        ctx.tied, ctx.weight_meta = tied, (weight.shape, weight.dtype, weight.device)
+        return F.embedding(ids, weight)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        (ids,) = ctx.saved_tensors
+        shape, dtype, device = ctx.weight_meta
+        weight_grad, ctx.tied.grad = ctx.tied.grad, None
+        if weight_grad is None:  # the decoder's output had no gradient (a loss that did not use it)
+            weight_grad = torch.zeros(shape, dtype=dtype, device=device)
+        # index_put_ with accumulate is deterministic on CUDA as well (index_add_ is not there); on CPU both are
+        # the additions embedding's own backward makes.
+        weight_grad.index_put_((ids.reshape(-1),), grad.reshape(-1, shape[1]).to(dtype), accumulate=True)
+        return weight_grad, None, None
+
+
+class _TiedDecoder(torch.autograd.Function):
+    """F.linear(x, weight, bias) as autocast runs it (all three in the autocast dtype when it is on); its backward
+    leaves the weight's gradient, widened to the weight's dtype, with the lookup (which returns it)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, tied: TiedGradient) -> Tensor:
+        device = x.device.type
+        ctx.tied, ctx.weight_dtype = tied, weight.dtype
+        if torch.is_autocast_enabled(device):
+            low = torch.get_autocast_dtype(device)
+            x, weight, bias = x.to(low), weight.to(low), bias.to(low)
+        ctx.save_for_backward(x, weight)
+        with torch.autocast(device, enabled=False):
+            return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, Tensor, None]:
+        x, weight = ctx.saved_tensors
+        rows = grad.reshape(-1, grad.shape[-1])
+        # As autograd's addmm backward computes them: grad @ W, grad.T @ x, the rows' sum.
+        weight_grad = (rows.t() @ x.reshape(-1, x.shape[-1])).to(ctx.weight_dtype)
+        tied = ctx.tied
+        tied.grad = weight_grad if tied.grad is None else tied.grad.add_(weight_grad)
+        return grad @ weight, None, rows.sum(0), None
+
+
 # --------------------------------------------------------------------------- encoder
 
 
@@ -185,10 +258,12 @@ class BertEmbeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor, layout: _Layout) -> Tensor:
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, layout: _Layout,
+                tied: TiedGradient | None = None) -> Tensor:
         positions = torch.arange(layout.seq, device=input_ids.device).expand(layout.batch, -1)
         ids, types, pos = (layout.pack(t.unsqueeze(-1)).squeeze(-1) for t in (input_ids, token_type_ids, positions))
-        x = self.word_embeddings(ids) + self.token_type_embeddings(types) + self.position_embeddings(pos)
+        words = self.word_embeddings(ids) if tied is None else _TiedLookup.apply(self.word_embeddings.weight, ids, tied)
+        x = words + self.token_type_embeddings(types) + self.position_embeddings(pos)
         return self.dropout(self.LayerNorm(x))
 
 
@@ -270,13 +345,43 @@ class _NarrowOutputLinear(torch.autograd.Function):
         return grad @ weight, grad.t().contiguous() @ x, grad.sum(0)
 
 
+class _WideningLinear(torch.autograd.Function):
+    """x @ weight.T + bias for a reduced-precision Linear on CPU that widens (out > in: the feed-forward's 768 ->
+    3072). Its weight gradient grad.T @ x has the wide [N, out] gradient as oneDNN's transposed first operand (half
+    rate), and copying that operand transposed costs more than it saves (torch's bfloat16 transposing copy, 13x a
+    plain copy). So the product is turned around: x.T @ grad, the narrow x copied transposed first (1 ms), is the
+    weight gradient transposed, [in, out], at full rate; the float32 widening that the weight's gradient gets
+    anyway is made a transposing copy into the weight's layout (a few ms in float32). Hence the float32 weight and
+    bias come in and are cast here, as autocast would, and their gradients leave in float32. At BERT-base (one
+    core) the product takes 11.9 ms instead of 18.1, the copies 4.9 instead of 0.6: the intermediate's forward +
+    backward 82 ms against 105 where the machine's memory is contended, even where it is not
+    (docs/benchmarks-pretrain.md). The same products: the gradients equal autograd's up to the order of float32
+    accumulation (test_modeling)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, low: torch.dtype) -> Tensor:
+        x, low_weight = x.to(low), weight.to(low)
+        ctx.save_for_backward(x, low_weight)
+        ctx.dtypes = (weight.dtype, bias.dtype)
+        return torch.addmm(bias.to(low), x, low_weight.t())
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
+        x, weight = ctx.saved_tensors
+        weight_dtype, bias_dtype = ctx.dtypes
+        weight_grad = torch.empty(weight.shape, dtype=weight_dtype).copy_((x.t().contiguous() @ grad).t())
+        return grad @ weight, weight_grad, grad.sum(0).to(bias_dtype), None
+
+
 def _linear(layer: nn.Linear, x: Tensor) -> Tensor:
-    """layer(x), through _NarrowOutputLinear where it pays: on CPU under reduced-precision autocast, a plain
-    nn.Linear (not one a module transform replaced) that narrows, on [N, in] rows."""
+    """layer(x), through _NarrowOutputLinear or _WideningLinear where they pay: on CPU under reduced-precision
+    autocast, a plain nn.Linear (not one a module transform replaced) that narrows or widens, on [N, in] rows."""
     if (x.device.type == "cpu" and torch.is_autocast_enabled("cpu") and type(layer) is nn.Linear and x.dim() == 2
-            and layer.bias is not None and layer.out_features < layer.in_features and torch.is_grad_enabled()):
+            and layer.bias is not None and layer.out_features != layer.in_features and torch.is_grad_enabled()):
         low = torch.get_autocast_dtype("cpu")
         with torch.autocast("cpu", enabled=False):
+            if layer.out_features > layer.in_features:
+                return _WideningLinear.apply(x, layer.weight, layer.bias, low)
             return _NarrowOutputLinear.apply(x.to(low), layer.weight.to(low), layer.bias.to(low))
     return layer(x)
 
@@ -312,7 +417,7 @@ class BertIntermediate(nn.Module):
         self.act = _ACT[config.hidden_act]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.act(self.dense(x))
+        return self.act(_linear(self.dense, x))
 
 
 class BertLayer(nn.Module):
@@ -466,17 +571,19 @@ class BertModel(BertPreTrainedModel):
         attention_mask: Tensor | None = None,
         output_all_encoded_layers: bool = False,
         positions: Tensor | None = None,
+        tied: TiedGradient | None = None,
     ) -> BertModelOutput:
         """With `positions` ([B, P]), sequence_output is [B, P, H] at those positions (as gathered from the
         full output), and the last layer computes only them and [CLS]: the only rows a loss over masked
         positions and the pooler read (the keys and values still come from every token). That saves most of
         the last layer's work: 5% of a BERT-base pretraining step, more in shallower models
-        (docs/benchmarks-pretrain.md). Not with output_all_encoded_layers, which returns every position."""
+        (docs/benchmarks-pretrain.md). Not with output_all_encoded_layers, which returns every position.
+        `tied`: the holder a model whose MLM decoder shares the word embeddings passes to both (TiedGradient)."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         real_tokens = self._check_inputs(input_ids, token_type_ids, attention_mask, positions)
         layout = self._layout(input_ids, attention_mask, real_tokens)
-        x = self.embeddings(input_ids, token_type_ids, layout)
+        x = self.embeddings(input_ids, token_type_ids, layout, tied)
         if positions is not None and not output_all_encoded_layers:
             *layers, last = self.encoder.layer
             for layer in layers:
@@ -521,8 +628,10 @@ class BertLMPredictionHead(nn.Module):
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)  # tied to word embeddings
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.linear(self.transform(x), self.decoder.weight, self.bias)
+    def forward(self, x: Tensor, tied: TiedGradient | None = None) -> Tensor:
+        if tied is None:
+            return F.linear(self.transform(x), self.decoder.weight, self.bias)
+        return _TiedDecoder.apply(self.transform(x), self.decoder.weight, self.bias, tied)
 
 
 class BertOnlyMLMHead(nn.Module):
@@ -588,8 +697,10 @@ class BertForPreTraining(_MLMTiedMixin, BertPreTrainedModel):
         masked_lm_weights: Tensor | None = None,
         output_all_encoded_layers: bool = False,
     ) -> PreTrainingOutput:
-        out = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers, masked_lm_positions)
-        logits = self.cls.predictions(out.sequence_output)
+        tied = TiedGradient.for_forward(self.bert.embeddings.word_embeddings, self.cls.predictions.decoder)
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers, masked_lm_positions,
+                        tied)
+        logits = self.cls.predictions(out.sequence_output, tied)
         nsp_logits = self.cls.seq_relationship(out.pooled_output)
         mlm_loss = nsp_loss = None
         if labels is not None:
@@ -617,8 +728,9 @@ class BertForMaskedLM(_MLMTiedMixin, BertPreTrainedModel):
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
                 output_all_encoded_layers: bool = False) -> LogitsOutput:
-        out = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers)
-        logits = self.cls.predictions(out.sequence_output)
+        tied = TiedGradient.for_forward(self.bert.embeddings.word_embeddings, self.cls.predictions.decoder)
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers, tied=tied)
+        logits = self.cls.predictions(out.sequence_output, tied)
         loss = _masked_lm_loss(logits, labels) if labels is not None else None
         return LogitsOutput(logits, loss, out.all_encoder_layers)
 

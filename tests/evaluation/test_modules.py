@@ -119,4 +119,5 @@ def test_pretrain_throughput_in_process_profiles_and_counts_flops():
         assert set(table) == {*PARTS, "other", "total"} and table["total"]["forward"] > 0
         assert table["attention"]["forward"] > 0 and table["attention"]["backward"] > 0
         assert table["optimizer"]["forward"] > 0 and table["loss"]["forward"] > 0
+        assert table["embeddings"]["backward"] > 0  # attributed by op name (ours: the tied lookup's backward)
     assert "| attention |" in render(row["profile"]) and any(line.startswith("| feed-forward |") for line in lines)

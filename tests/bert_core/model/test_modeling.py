@@ -482,14 +482,96 @@ def test_narrowing_linear_on_cpu_bfloat16_gives_autograds_gradients():
         assert not _path_in_graph(modeling._linear(wide, residual))
 
 
-def _path_in_graph(y: torch.Tensor) -> bool:
+def test_widening_linear_on_cpu_bfloat16_gives_autograds_gradients():
+    # The feed-forward's intermediate (hidden -> intermediate) computes its weight gradient as a turned-around
+    # product on CPU under bfloat16 autocast, widened to float32 by a transposing copy: every gradient equals
+    # autograd's up to float32 accumulation order and bfloat16 rounding, in the weight's own layout.
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=96)
+    inter = modeling.BertIntermediate(cfg)
+    x = torch.randn(40, 32, requires_grad=True)
+    grads, outputs = [], []
+    for fast in (True, False):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = inter(x) if fast else inter.act(inter.dense(x))
+        assert y.dtype == torch.bfloat16 and _path_in_graph(y, "_WideningLinear") == fast
+        outputs.append(y.detach())
+        (y.float() * torch.linspace(-1, 1, 96)).sum().backward()
+        grads.append([t.grad.clone() for t in (x, inter.dense.weight, inter.dense.bias)])
+        assert inter.dense.weight.grad.dtype == torch.float32 and inter.dense.weight.grad.is_contiguous()
+        for t in (x, inter.dense.weight, inter.dense.bias):
+            t.grad = None
+    assert torch.equal(*outputs)  # the forward is F.linear's own product
+    for fast, plain in zip(*grads):
+        torch.testing.assert_close(fast, plain, rtol=1e-2, atol=1e-3)
+    assert not _path_in_graph(inter(x), "_WideningLinear")  # without autocast it runs as nn.Linear
+
+
+def _path_in_graph(y: torch.Tensor, node: str = "_NarrowOutputLinear") -> bool:
     seen, stack = set(), [y.grad_fn]
     while stack:
         fn = stack.pop()
         if fn is None or fn in seen:
             continue
         seen.add(fn)
-        if "_NarrowOutputLinear" in type(fn).__name__:
+        if node in type(fn).__name__:
             return True
         stack.extend(f for f, _ in fn.next_functions)
     return False
+
+
+def _tied_grads(model, loss_of, tied: bool, monkeypatch, autocast: bool) -> dict[str, torch.Tensor]:
+    with monkeypatch.context() as patch:
+        if not tied:
+            patch.setattr(modeling.TiedGradient, "for_forward", staticmethod(lambda embeddings, decoder: None))
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = loss_of(model)
+        assert _path_in_graph(loss, "_TiedLookup") == tied
+        loss.backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+@pytest.mark.parametrize("head", ["pretraining", "masked_lm", "nsp_loss_only"])
+def test_tied_word_embedding_gradient_is_autograds(head, autocast, monkeypatch):
+    # The shared word-embedding weight's one gradient is built in place (TiedGradient): every gradient equals
+    # autograd's own, the shared weight's up to the order of its float32 additions (repeated ids' rows are added
+    # to the decoder's gradient one by one, not summed first).
+    torch.manual_seed(0)
+    ids, types, mask = mixed_batch(SMALL, [16, 11, 7], seq=16)
+    ids[:, 1] = 7  # a repeated id
+    positions, targets = torch.randint(1, 7, (3, 4)), torch.randint(0, SMALL.vocab_size, (3, 4))
+    nsp = torch.tensor([0, 1, 0])
+    if head == "masked_lm":
+        model = modeling.BertForMaskedLM(SMALL)
+        labels = torch.where(mask.bool() & (torch.arange(16) % 3 == 0), ids, -100)
+        loss_of = lambda m: m(ids, types, mask, labels=labels).loss  # noqa: E731
+    else:
+        model = modeling.BertForPreTraining(SMALL)
+        mlm = {} if head == "nsp_loss_only" else {"masked_lm_positions": positions, "masked_lm_ids": targets}
+        loss_of = lambda m: m(ids, types, mask, next_sentence_label=nsp, **mlm).loss  # noqa: E731
+    randomize_(model)
+    model.eval()  # no dropout: both runs see the same forward
+    plain = _tied_grads(model, loss_of, False, monkeypatch, autocast)
+    tied = _tied_grads(model, loss_of, True, monkeypatch, autocast)
+    assert plain.keys() == tied.keys()
+    shared = "bert.embeddings.word_embeddings.weight"
+    assert shared in tied
+    for name in plain:
+        if name == shared:
+            torch.testing.assert_close(tied[name], plain[name], rtol=1e-6, atol=1e-7)
+        else:
+            assert torch.equal(tied[name], plain[name]), name
+
+
+def test_tied_gradient_only_where_a_backward_follows_through_a_shared_weight():
+    model = modeling.BertForPreTraining(SMALL)
+    parts = (model.bert.embeddings.word_embeddings, model.cls.predictions.decoder)
+    assert isinstance(modeling.TiedGradient.for_forward(*parts), modeling.TiedGradient)
+    with torch.no_grad():
+        assert modeling.TiedGradient.for_forward(*parts) is None
+    untied = torch.nn.Linear(SMALL.hidden_size, SMALL.vocab_size, bias=False)
+    assert modeling.TiedGradient.for_forward(parts[0], untied) is None
+    model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
+    assert modeling.TiedGradient.for_forward(*parts) is None
