@@ -354,7 +354,7 @@ class _WideningLinear(torch.autograd.Function):
     anyway is made a transposing copy into the weight's layout (a few ms in float32). Hence the float32 weight and
     bias come in and are cast here, as autocast would, and their gradients leave in float32. At BERT-base (one
     core) the product takes 11.9 ms instead of 18.1, the copies 4.9 instead of 0.6: the intermediate's forward +
-    backward 82 ms against 105 where the machine's memory is contended, even where it is not
+    backward 82 ms against 105 where the machine's memory is contended, level (58-64 against 58-60) where it is not
     (docs/benchmarks-pretrain.md). The same products: the gradients equal autograd's up to the order of float32
     accumulation (test_modeling)."""
 
