@@ -50,6 +50,7 @@ from pathlib import Path
 
 from evaluation.cli_help import DefaultsHelpFormatter
 from evaluation.default_inputs import existing
+from evaluation.machine import cpu_name
 from evaluation.pretrain_convergence import DEFAULT_CORPUS, DEFAULT_VOCAB
 
 BUCKET = "elastic-bench"
@@ -470,7 +471,7 @@ def main(argv: list[str] | None = None) -> dict:
                                           max(1, round(0.15 * args.max_seq_length)), args.dupe_factor, 0.05)
     results: dict = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
+        "machine": {"platform": platform.platform(), "processor": cpu_name(), "cpus": os.cpu_count(),
                     "torch": torch.__version__, "ray": ray.__version__},
         "settings": {k: v for k, v in vars(args).items()
                      if k not in ("out_json", "plot", "ray_logs", "refigure", "update", "cases")},

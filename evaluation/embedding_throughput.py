@@ -13,7 +13,6 @@ import argparse
 import atexit
 import json
 import os
-import platform
 import random
 import shlex
 import shutil
@@ -26,6 +25,7 @@ from pathlib import Path
 import torch
 
 from evaluation.default_inputs import minilm_checkpoint
+from evaluation.machine import cpu_name
 
 WORDS = ("harbour lantern quietly orchard seventeen copper meadow river whistle bakery engine velvet "
          "mountain tram ledger violin pebble compass autumn kettle thunder parcel marble canyon").split()
@@ -174,7 +174,7 @@ def main() -> None:
     if args.out_json:
         import transformers
 
-        machine = {"cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+        machine = {"cpu": cpu_name(), "cpus": os.cpu_count(),
                    "threads": torch.get_num_threads(), "torch": torch.__version__,
                    "transformers": transformers.__version__, "date": time.strftime("%Y-%m-%d"),
                    "load_averages": [round(x, 2) for x in loads],

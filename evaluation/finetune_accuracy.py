@@ -54,6 +54,7 @@ import torch
 from tqdm import tqdm
 
 from evaluation.default_inputs import minilm_checkpoint
+from evaluation.machine import cpu_name
 
 # Published BERT-base dev results (the anchors: GluonNLP's BERT-base recipes and the BERT
 # paper), in percent, by task and metric. SQuAD's applies to the real SQuAD v1.1 only, not to our
@@ -410,7 +411,7 @@ def main() -> None:
             step, total, warmup)
     if args.dropout is not None:
         args.model = with_dropout(args.model, args.dropout, work)
-    machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+    machine = {"cpu": cpu_name(), "cores": os.cpu_count(),
                "device": torch.cuda.get_device_name() if torch.cuda.is_available() and args.device != "cpu"
                else "cpu", "torch": torch.__version__, "threads": torch.get_num_threads(),
                "date": time.strftime("%Y-%m-%d %H:%M"), "python": platform.python_version()}

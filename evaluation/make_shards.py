@@ -40,6 +40,8 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from evaluation.machine import cpu_name
+
 FLAGS = dict(max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15, short_seq_prob=0.1,
              dupe_factor=5, random_seed=12345)
 
@@ -369,7 +371,7 @@ def main() -> None:
     report: dict = {
         "date": dt.date.today().isoformat(),
         "command": "python " + shlex.join(["-m", "evaluation.make_shards", *sys.argv[1:]]),
-        "machine": {"cpus": os.cpu_count(), "processor": platform.processor(), "machine": platform.machine(),
+        "machine": {"cpus": os.cpu_count(), "processor": cpu_name(), "machine": platform.machine(),
                     "memory_gb": psutil.virtual_memory().total / 1e9, "python": platform.python_version(),
                     "platform": platform.platform()},
         "corpus_mb": corpus.stat().st_size / 1e6, "workers": args.workers, "ours": [], "reference": [],

@@ -16,7 +16,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import shlex
 import statistics
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from evaluation.machine import cpu_name
 from evaluation.settings import ThroughputRun
 
 MODULE = "evaluation.model_throughput"
@@ -156,7 +156,7 @@ def measure_throughput(run: ThroughputRun, log=print) -> dict:
         torch.set_num_threads(run.threads)
     try:
         machine = {"device": torch.cuda.get_device_name() if run.device.startswith("cuda")
-                   else platform.processor() or platform.machine(), "torch": torch.__version__,
+                   else cpu_name(), "torch": torch.__version__,
                    "transformers": transformers.__version__, "threads": torch.get_num_threads(),
                    "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"), "command": shlex.join(command_line(run))}
         rows = []

@@ -47,6 +47,7 @@ import torch
 
 from evaluation.cli_help import DefaultsHelpFormatter
 from evaluation.default_inputs import SHARED_DATA, existing
+from evaluation.machine import cpu_name
 from evaluation.settings import ConvergenceRun
 
 DEFAULT_CORPUS = SHARED_DATA / "corpus" / "wiki_docs.txt"
@@ -517,7 +518,7 @@ def main(argv: list[str] | None = None) -> dict:
     steps_of = {c.split(":")[0]: int(c.split(":")[1]) if ":" in c else args.steps for c in args.configs}
     peer_configs = list(steps_of) if args.peer_configs is None else args.peer_configs
     sweep_configs = list(steps_of) if args.sweep_configs is None else args.sweep_configs
-    results: dict = {"machine": {"platform": platform.platform(), "processor": platform.processor(),
+    results: dict = {"machine": {"platform": platform.platform(), "processor": cpu_name(),
                                  "cpus": os.cpu_count(), "torch": torch.__version__,
                                  "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
                                  "date": time.strftime("%Y-%m-%d %H:%M")},

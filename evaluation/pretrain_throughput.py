@@ -19,6 +19,10 @@ with the last layer's work at unmasked positions, which it skips (`step_flops` c
 (bert_6_384_12: MiniLM's size; bert_12_768_12: BERT-base; bert_24_1024_16: BERT-large).
 
     python -m evaluation.pretrain_throughput --configs bert_4_256_4 bert_6_384_12 --out-json bench-results/pt.json
+
+With --repeat N each config runs N times (a fresh pair of models each time) and a last line gives the spread and
+median of the runs' ratios (the JSON's `summary`): on a shared CPU one run's ratio can differ from the next's by
+20% (docs/benchmarks-pretrain.md), so the BERT-base figures there are medians of several runs.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -35,6 +38,7 @@ from pathlib import Path
 import torch
 from torch.autograd.profiler import record_function
 
+from evaluation.machine import cpu_name
 from evaluation.model_throughput import architecture_name
 from evaluation.settings import PretrainThroughputRun
 
@@ -258,17 +262,20 @@ def measure_pretrain_throughput(run: PretrainThroughputRun, device: str | None =
     The nightly regression calls it in its task's process: the thread count it sets ends with the call."""
     import transformers
 
+    from bert_core.errors import BertPipelineError
     from bert_core.model.zoo import architecture_config
 
     for name in run.configs:
         architecture_config(name)  # every name checked (BertPipelineError) before the first measurement
+    if run.repeats < 1:
+        raise BertPipelineError(f"pretrain_throughput: repeats (--repeat) must be at least 1, got {run.repeats}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     threads_before = torch.get_num_threads()
     if run.threads:
         torch.set_num_threads(run.threads)
     try:
         machine = {"device": torch.cuda.get_device_name() if device.startswith("cuda")
-                   else platform.processor() or platform.machine(), "torch": torch.__version__,
+                   else cpu_name(), "torch": torch.__version__,
                    "transformers": transformers.__version__, "threads": torch.get_num_threads(),
                    "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M")}
         rows = []
@@ -277,23 +284,57 @@ def measure_pretrain_throughput(run: PretrainThroughputRun, device: str | None =
             "FLOP ratio | padding | load |" + (" MFU ours | MFU theirs |" if mfu else ""))
         log("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if mfu else ""))
         for name in run.configs:
-            row = measure(name, run, device, profile, peak_tflops)
-            rows.append(row)
-            extra = (f" {row.get('ours_mfu', float('nan')):.1%} | {row.get('transformers_mfu', float('nan')):.1%} |"
-                     if mfu else "")
-            log(f"| {name} | {row['dtype']} | {row['ours_tokens_per_s']:.0f} | {row['transformers_tokens_per_s']:.0f} | "
-                f"{row['ratio_ours_over_transformers']:.2f}x | {row['ratio_by_median_step']:.2f}x | "
-                f"{row['ratio_by_median_step_cpu']:.2f}x | {row['flop_ratio_transformers_over_ours']:.2f}x | "
-                f"{row['padding_fraction']:.0%} | {row['load_average'][0]:.1f}-{row['load_average'][1]:.1f} |{extra}")
-            if "profile" in row:
-                from evaluation.step_profile import render
+            for repeat in range(1, run.repeats + 1):
+                # The profile (its own steps, after the timed ones) once per config, with the last run.
+                row = measure(name, run, device, profile if repeat == run.repeats else 0, peak_tflops)
+                row["run"] = repeat
+                rows.append(row)
+                label = name if run.repeats == 1 else f"{name} run {repeat}/{run.repeats}"
+                extra = (f" {row.get('ours_mfu', float('nan')):.1%} | {row.get('transformers_mfu', float('nan')):.1%} |"
+                         if mfu else "")
+                log(f"| {label} | {row['dtype']} | {row['ours_tokens_per_s']:.0f} | "
+                    f"{row['transformers_tokens_per_s']:.0f} | "
+                    f"{row['ratio_ours_over_transformers']:.2f}x | {row['ratio_by_median_step']:.2f}x | "
+                    f"{row['ratio_by_median_step_cpu']:.2f}x | {row['flop_ratio_transformers_over_ours']:.2f}x | "
+                    f"{row['padding_fraction']:.0%} | {row['load_average'][0]:.1f}-{row['load_average'][1]:.1f} |{extra}")
+                if "profile" in row:
+                    from evaluation.step_profile import render
 
-                for line in render(row["profile"]).splitlines():
-                    log(line)
+                    for line in render(row["profile"]).splitlines():
+                        log(line)
+        summary = summarize(rows)
+        if run.repeats > 1:
+            for entry in summary:
+                log(describe_runs(entry))
     finally:
         torch.set_num_threads(threads_before)
     return {"machine": machine, "args": {**{k: str(v) for k, v in dataclasses.asdict(run).items()},
-                                         "device": device, "profile": profile}, "rows": rows}
+                                         "device": device, "profile": profile}, "rows": rows, "summary": summary}
+
+
+RUN_RATIOS = ("ratio_ours_over_transformers", "ratio_by_median_step")
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Per config, its runs' ratios and their medians (`median_<ratio>`), in the order the configs ran."""
+    summary: dict[str, dict] = {}
+    for row in rows:
+        entry = summary.setdefault(row["config"], {"config": row["config"], "runs": 0,
+                                                   **{ratio: [] for ratio in RUN_RATIOS}})
+        entry["runs"] += 1
+        for ratio in RUN_RATIOS:
+            entry[ratio].append(row[ratio])
+    for entry in summary.values():
+        for ratio in RUN_RATIOS:
+            entry[f"median_{ratio}"] = round(statistics.median(entry[ratio]), 3)
+    return list(summary.values())
+
+
+def describe_runs(entry: dict) -> str:
+    by_step, by_tokens = entry["ratio_by_median_step"], entry["ratio_ours_over_transformers"]
+    return (f"{entry['config']}: {entry['runs']} runs, by median step {min(by_step):.2f}-{max(by_step):.2f}x, "
+            f"median {entry['median_ratio_by_median_step']:.2f}x; by tokens/s {min(by_tokens):.2f}-"
+            f"{max(by_tokens):.2f}x, median {entry['median_ratio_ours_over_transformers']:.2f}x")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -319,11 +360,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--peak-tflops", type=float, default=0.0,
                    help="peak dense TFLOP/s for MFU (default: looked up from the GPU's name)")
     p.add_argument("--threads", type=int, default=defaults.threads, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--repeat", type=int, default=defaults.repeats, metavar="N",
+                   help="runs of each config, each with a fresh pair of models; with N > 1 a last line gives the "
+                        "runs' spread and median (one run's ratio can differ from the next's by 20%% on a shared "
+                        "CPU; %(default)s)")
     p.add_argument("--out-json", type=Path, help="write the rows and machine info here")
     args = p.parse_args(argv)
+    if args.repeat < 1:
+        p.error(f"--repeat must be at least 1, got {args.repeat}")
     run = PretrainThroughputRun(configs=tuple(args.configs), batch_size=args.batch_size,
                                 max_seq_length=args.max_seq_length, max_predictions=args.max_predictions,
-                                steps=args.steps, warmup=args.warmup, dtype=args.dtype, threads=args.threads)
+                                steps=args.steps, warmup=args.warmup, dtype=args.dtype, threads=args.threads,
+                                repeats=args.repeat)
     report = measure_pretrain_throughput(run, args.device, args.profile, args.peak_tflops,
                                          log=lambda line: print(line, flush=True))
     if args.out_json:

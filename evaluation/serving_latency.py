@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from evaluation.default_inputs import SHARED_DATA, existing, minilm_checkpoint
+from evaluation.machine import cpu_name
 
 DEFAULT_DATA = SHARED_DATA / "glue" / "SST-2"
 NAMES = ["input_ids", "token_type_ids", "attention_mask"]
@@ -411,7 +412,7 @@ def main(argv: list[str] | None = None) -> dict:
     import onnxruntime
     import transformers
 
-    machine = {"cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "threads": args.threads,
+    machine = {"cpu": cpu_name(), "cpus": os.cpu_count(), "threads": args.threads,
                "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
                "transformers": transformers.__version__, "python": platform.python_version(),
                "date": time.strftime("%Y-%m-%d %H:%M"), "load_average_before_after": loads,

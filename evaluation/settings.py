@@ -39,7 +39,10 @@ class PretrainThroughputRun:
     """One run of the pretraining-step benchmark (evaluation.pretrain_throughput): our MLM+NSP step against
     transformers' BertForPreTraining, interleaved step by step. Batches: `batch_size` sequences, 90% of them
     `max_seq_length` long, 15% of the tokens masked, at most `max_predictions` per sequence. dtype: both
-    systems' autocast (auto: the device's, as `pretrain --dtype auto` resolves it). threads 0: torch's default."""
+    systems' autocast (auto: the device's, as `pretrain --dtype auto` resolves it). threads 0: torch's default.
+    repeats: runs of each config one after another, each with a fresh pair of models; on a shared 2-core CPU one
+    run's ratio can differ from the next's by 20% (docs/benchmarks-pretrain.md), so a claim rests on the median
+    of several."""
 
     configs: tuple[str, ...] = ("bert_4_256_4", "bert_6_384_12")
     batch_size: int = 16
@@ -49,6 +52,7 @@ class PretrainThroughputRun:
     warmup: int = 2
     dtype: str = "auto"
     threads: int = 0
+    repeats: int = 1
 
 
 @dataclass(frozen=True)

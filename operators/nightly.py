@@ -157,8 +157,8 @@ def pretrain_step_speed(work: str, configs: list[str] | None = None, steps: int 
             raise BertPipelineError(f"pretrain_step_configs: {exc}") from None
     report = measure_pretrain_throughput(run, log=lambda line: log.info("[pretrain step] %s", line))
     storage.write_text(storage.join(work, "pretrain_throughput.json"), json.dumps(report, indent=2) + "\n")
-    return {f"throughput/pretrain_step/{row['config']}": float(row["ratio_ours_over_transformers"])
-            for row in report["rows"]}
+    return {f"throughput/pretrain_step/{entry['config']}": float(entry["median_ratio_ours_over_transformers"])
+            for entry in report["summary"]}
 
 
 def time_to_accuracy(work: str, settings: dict[str, Any] | None = None, corpus: str | None = None,

@@ -4,6 +4,7 @@ missing input by naming its flag, and the throughput benchmark's function is wha
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -121,3 +122,31 @@ def test_pretrain_throughput_in_process_profiles_and_counts_flops():
         assert table["optimizer"]["forward"] > 0 and table["loss"]["forward"] > 0
         assert table["embeddings"]["backward"] > 0  # attributed by op name (ours: the tied lookup's backward)
     assert "| attention |" in render(row["profile"]) and any(line.startswith("| feed-forward |") for line in lines)
+
+
+def test_pretrain_throughput_repeats_runs_and_gives_their_median():
+    """--repeat N: N runs of a config, each with fresh models, the profile with the last only; the summary (what the
+    nightly reads) holds every run's ratios and their medians, and the machine names its CPU."""
+    import statistics
+
+    from bert_core.errors import BertPipelineError
+    from evaluation.machine import cpu_name
+    from evaluation.pretrain_throughput import measure_pretrain_throughput
+    from evaluation.settings import PretrainThroughputRun
+
+    lines: list[str] = []
+    run = PretrainThroughputRun(configs=("bert_2_64_2",), batch_size=2, max_seq_length=16, max_predictions=3,
+                                steps=1, warmup=0, dtype="float32", threads=1, repeats=3)
+    report = measure_pretrain_throughput(run, device="cpu", profile=1, log=lines.append)
+    assert [row["run"] for row in report["rows"]] == [1, 2, 3]
+    assert ["profile" in row for row in report["rows"]] == [False, False, True]
+    (entry,) = report["summary"]
+    assert (entry["config"], entry["runs"]) == ("bert_2_64_2", 3)
+    for ratio in ("ratio_ours_over_transformers", "ratio_by_median_step"):
+        assert entry[ratio] == [row[ratio] for row in report["rows"]]
+        assert entry[f"median_{ratio}"] == pytest.approx(statistics.median(entry[ratio]), abs=1e-3)
+    assert sum(line.startswith("| bert_2_64_2 run ") for line in lines) == 3
+    assert lines[-1].startswith("bert_2_64_2: 3 runs, by median step ")
+    assert report["machine"]["device"] == cpu_name()
+    with pytest.raises(BertPipelineError, match="at least 1"):
+        measure_pretrain_throughput(dataclasses.replace(run, repeats=0), device="cpu", log=lines.append)
