@@ -257,8 +257,9 @@ def peak_flops(device_type: str, dtype: str, given_tflops: float = 0.0) -> float
 
 def measure_pretrain_throughput(run: PretrainThroughputRun, device: str | None = None, profile: int = 0,
                                 peak_tflops: float = 0.0, log=print) -> dict:
-    """Measure every config of `run`; returns {"machine", "args", "rows"} (a row per config, with
-    `ratio_ours_over_transformers`). `log` gets the Markdown table (and the profile tables), a line at a time.
+    """Measure every config of `run`, `run.repeats` times each; returns {"machine", "args", "rows", "summary"}: a
+    row per run (`run` 1..repeats, with `ratio_ours_over_transformers`), and per config its runs' ratios and
+    their medians (`summarize`). `log` gets the Markdown table (and the profile tables), a line at a time.
     The nightly regression calls it in its task's process: the thread count it sets ends with the call."""
     import transformers
 
