@@ -1,8 +1,8 @@
 """The CPU a benchmark ran on, named so that its figures can be compared: the same command gives other ratios on
 other CPUs (docs/benchmarks-pretrain.md: medians of runs 1.86x and 2.06x by median step at BERT-base on an Intel
-Xeon with AMX and an AMD EPYC of family 26), and `platform.processor()` says only "x86_64" or nothing on Linux. The model name
-alone does not tell generations apart either (both AMD machines of this project called themselves "AMD EPYC"),
-so the family and model numbers come with it, and the bfloat16 instruction sets torch found."""
+Xeon with AMX and an AMD EPYC of family 26), and `platform.processor()` says only "x86_64" or nothing on Linux.
+The model name alone does not tell generations apart either (both AMD machines of this project called themselves
+"AMD EPYC"), so the family and model numbers come with it, and the bfloat16 instruction sets torch found."""
 
 from __future__ import annotations
 
