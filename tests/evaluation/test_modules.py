@@ -74,6 +74,11 @@ def test_an_unknown_architecture_names_the_flag(tmp_path):
     assert "bert_LAYERS_HIDDEN_HEADS" in done.stderr
 
 
+def test_pretrain_throughput_refuses_fewer_than_one_run(tmp_path):
+    done = run_module("pretrain_throughput", "--repeat", "0", cwd=tmp_path)
+    assert done.returncode == 2 and "--repeat must be at least 1, got 0" in done.stderr, done.stderr
+
+
 def test_measure_throughput_in_process_gives_back_the_thread_count():
     import torch
 

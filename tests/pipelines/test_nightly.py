@@ -87,7 +87,12 @@ def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, mi
     assert runs[0].data.metrics["time_to_accuracy/bert_2_64_2"] >= 0
     convergence = json.loads((tmp_path / "night1" / "pretrain_convergence.json").read_text())
     assert convergence["settings"]["steps"] == 4 and [r["lr"] for r in convergence["peer"]] == [3e-3]
-    assert (tmp_path / "night1" / "pretrain_throughput.json").is_file()
+    # The step figure is the report's median over its runs (one run by default: that run's ratio).
+    step_report = json.loads((tmp_path / "night1" / "pretrain_throughput.json").read_text())
+    (entry,) = step_report["summary"]
+    assert runs[0].data.metrics["throughput/pretrain_step/bert_2_64_2"] == pytest.approx(
+        entry["median_ratio_ours_over_transformers"]) == pytest.approx(
+        step_report["rows"][0]["ratio_ours_over_transformers"])
     report = (tmp_path / "night1" / "report" / "report.md").read_text()
     assert "**PASSED**" in report and "first reference" in report
     assert (tmp_path / "night1" / "report" / "plots" / "bert-sst-2.png").stat().st_size > 1000
