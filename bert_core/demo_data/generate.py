@@ -87,7 +87,7 @@ def squad_data(n: int, seed: int) -> dict:
 def write_all(root: Path = ROOT) -> None:
     corpus = root / "corpus"
     corpus.mkdir(parents=True, exist_ok=True)
-    for name, n, seed in (("part-a.txt", 40, 11), ("part-b.txt", 35, 12)):
+    for name, n, seed in (("part-a.txt", 120, 11), ("part-b.txt", 105, 12)):
         (corpus / name).write_text("\n\n".join(corpus_documents(n, seed)) + "\n", encoding="utf-8")
     sst2 = root / "sst2"
     sst2.mkdir(parents=True, exist_ok=True)
