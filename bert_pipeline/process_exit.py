@@ -67,6 +67,11 @@ def run_and_exit(main: Callable[[], int | None]) -> None:
     except KeyboardInterrupt:
         traceback.print_exc()
         code = 130
+    except BrokenPipeError:
+        # The reader of stdout left (`bert-pipeline zoo | head -3`): nothing to report, and what is still buffered
+        # goes nowhere rather than raising again at the flush (Python's documented handling of SIGPIPE's EPIPE).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
     except BaseException:  # noqa: BLE001  (printed as the interpreter would, then the same orderly exit)
         traceback.print_exc()
         code = 1

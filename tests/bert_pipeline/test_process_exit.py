@@ -79,3 +79,20 @@ def test_an_idle_thread_pool_does_not_hold_the_exit(tmp_path):
                       "run_and_exit(lambda: pool.submit(print, 'done').result())\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (0, "done\n"), done.stderr
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
+    # `bert-pipeline zoo | head -3`: stdout's reader closes the pipe while the command still writes.
+    script = tmp_path / "many_lines.py"
+    script.write_text("import sys\n"
+                      "from bert_pipeline.process_exit import run_and_exit\n"
+                      "def main():\n"
+                      "    for i in range(100000):\n"
+                      "        print(f'line {i}')\n"
+                      "run_and_exit(main)\n")
+    with subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout.readline() == b"line 0\n"
+        proc.stdout.close()
+        stderr = proc.stderr.read().decode()
+        status = proc.wait(timeout=60)
+    assert status == 1 and stderr == "", stderr
