@@ -326,6 +326,26 @@ def downloaded_model_dir(uri: str, tracking_uri: str | None = None) -> Iterator[
         yield model_dir_from_uri(uri, dst, tracking_uri)
 
 
+@contextlib.contextmanager
+def served_predictor(uri: str, batch_size: int = 32, tracking_uri: str | None = None) -> Iterator[Any]:
+    """What `mlflow models serve -m URI` answers with: the logged task pyfunc, loaded as the server loads it (its
+    export's ONNX graph when one was logged with it, the INT8 graph when logged to serve that, else eager
+    PyTorch), as a bert_core.deploy.serving.TaskPredictor; the download is removed on leaving."""
+    import mlflow
+
+    from bert_core.errors import BertPipelineError
+
+    _client(tracking_uri)
+    with tempfile.TemporaryDirectory(prefix="bert-model-download-") as dst:
+        try:
+            loaded = mlflow.pyfunc.load_model(uri, dst_path=dst)
+        except mlflow.exceptions.MlflowException as exc:
+            raise BertPipelineError(f"{uri}: {exc.message}") from None
+        predictor = loaded.unwrap_python_model().predictor
+        predictor.batch_size = batch_size
+        yield predictor
+
+
 def model_dir_from_uri(uri: str, dst: str, tracking_uri: str | None = None) -> Path:
     """The model directory behind an MLflow model URI, downloaded under `dst`."""
     import mlflow

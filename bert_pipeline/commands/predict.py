@@ -4,8 +4,9 @@ Two inputs, two models:
 
 - `--model DIR|models:/NAME@ALIAS REQUESTS --output ANSWERS.jsonl`: raw-text requests (JSON Lines, or a JSON
   list: one object per example with the task's fields, e.g. {"text": ...} or {"question": ..., "context": ...})
-  answered exactly as the registered model answers them behind `mlflow models serve` (the same
-  bert_core.deploy.serving code); with `--export DIR` as well, the export's graph does the arithmetic.
+  answered exactly as the registered model answers them behind `mlflow models serve`: of a models:/ URI, its
+  logged pyfunc loaded as the server loads it (the export's ONNX graph, INT8 when it serves that); with `--export
+  DIR` as well, that export's graph does the arithmetic.
 - `--export DIR INPUT --output ...`: a GLUE-style TSV or SQuAD JSON file through an export's graph, written in
   fine-tuning's prediction-file formats (submission TSV; predictions.json ...).
 """
@@ -73,21 +74,27 @@ def read_requests(path: str) -> list[dict]:
 
 
 @contextlib.contextmanager
-def _model_dir(model: str) -> Iterator[str]:
-    """A local model directory for a directory, an s3:// URI or zoo name, or an MLflow model URI (a
-    download removed when the command is done)."""
+def _predictor(model: str, batch_size: int, export: str | None) -> Iterator:
+    """The TaskPredictor for --model: of an MLflow model URI, the one its server runs (its logged graph, INT8
+    when it serves that; a download removed when the command is done) unless --export names a graph; of a
+    directory, an s3:// URI or a zoo name, that model (on --export's graph when given)."""
+    from bert_core.deploy.serving import TaskPredictor
+
     if model.startswith(("models:/", "runs:/")):
-        from operators.registry import downloaded_model_dir
+        from operators import registry
 
-        with downloaded_model_dir(model) as local:
-            yield str(local)
+        if export is None:
+            with registry.served_predictor(model, batch_size) as predictor:
+                yield predictor
+            return
+        with registry.downloaded_model_dir(model) as local:
+            yield TaskPredictor.from_model_dir(local, batch_size=batch_size, export_dir=export)
         return
-    if Path(model).is_dir():
-        yield model
-        return
-    from bert_core.model.weights import resolve_model_dir
+    if not Path(model).is_dir():
+        from bert_core.model.weights import resolve_model_dir
 
-    yield str(resolve_model_dir(model))
+        model = str(resolve_model_dir(model))
+    yield TaskPredictor.from_model_dir(model, batch_size=batch_size, export_dir=export)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,11 +103,10 @@ def run(args: argparse.Namespace) -> int:
     if args.model is None and args.export is None:
         raise BertPipelineError("give --model (raw-text requests) or --export (task files through an export)")
     if args.model is not None:
-        from bert_core.deploy.serving import InvalidRequest, TaskPredictor
+        from bert_core.deploy.serving import InvalidRequest
 
         requests = read_requests(args.input)
-        with _model_dir(args.model) as model_dir:
-            predictor = TaskPredictor.from_model_dir(model_dir, batch_size=args.batch_size, export_dir=args.export)
+        with _predictor(args.model, args.batch_size, args.export) as predictor:
             try:
                 answers = predictor.predict(requests)
             except InvalidRequest as exc:

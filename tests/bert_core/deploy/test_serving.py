@@ -257,6 +257,11 @@ def test_a_registered_export_can_serve_its_int8_graph(models, tmp_path, monkeypa
     answers = served.predict(requests)
     assert [same_answer(a, b, 1e-6) for a, b in zip(int8(requests), answers)] == [None, None]
     assert any(same_answer(a, b, 1e-6) for a, b in zip(fp32(requests), answers))  # it is not the fp32 graph
+    # `bert-pipeline predict --model models:/...` answers as the server does: the INT8 graph, not the weights.
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in requests))
+    assert main(["predict", "--model", "models:/bert-sst-2@champion", str(tmp_path / "requests.jsonl"),
+                 "--output", str(tmp_path / "answers.jsonl")]) == 0
+    assert [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text().splitlines()] == answers
 
     # The INT8 graph's answers do not depend on the thread count: on two threads its length groups run side by side
     # and give exactly what one thread gives running them one after another (a group is never split: INT8
