@@ -35,7 +35,7 @@ import numpy as np
 
 from bert_core.data import shard_format as shards
 from bert_core.data.instances import ShardConfig, UnitResult, Vocab, build_unit, is_heldout
-from bert_core.data.text_inputs import iter_lines, resolve_inputs
+from bert_core.data.text_inputs import SEGMENTED_REMEDY, iter_lines, resolve_inputs
 from bert_core.errors import BertPipelineError
 from bert_core.io import manifest, storage
 
@@ -89,7 +89,7 @@ def iter_documents(path: Path, uri: str) -> Iterator[list[str]]:
     error naming it: read as text it would become plausible-looking training data."""
     document: list[str] = []
     first = True
-    for lineno, line in enumerate(iter_lines(path, uri), start=1):
+    for lineno, line in enumerate(iter_lines(path, uri, remedy=SEGMENTED_REMEDY), start=1):
         line = line.strip()
         if first and line:
             first = False
@@ -115,9 +115,11 @@ def iter_units(files: list[tuple[str, Path]], config: ShardConfig, stats: RunSta
         current: list[list[str]] = []
         chars = 0
         chunk_index = 0
+        other_side = 0
         for document in iter_documents(path, uri):
             if config.split != "all" and is_heldout(document, config.holdout_fraction) != (config.split == "heldout"):
                 stats.other_side_documents += 1
+                other_side += 1
                 continue
             current.append(document)
             stats.hold(1)
@@ -135,7 +137,10 @@ def iter_units(files: list[tuple[str, Path]], config: ShardConfig, stats: RunSta
             if chunk:
                 yield file_index, chunk_index, chunk
                 chunk_index += 1
-        if pending is None and not current:
+        if pending is None and not current and other_side:
+            log.info("%s: none of its %d document(s) is on the %s side of the hold-out split", uri, other_side,
+                     config.split)
+        elif pending is None and not current:
             log.warning("%s: no documents (empty input)", uri)
 
 

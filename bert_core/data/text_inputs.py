@@ -135,13 +135,19 @@ class DecodeReport:
     problems: list[str] = field(default_factory=list)
 
 
+# What a strict reader's error tells the user to do, by who reads: `segment` has the flag; the steps after it read
+# its output, so the bytes are mended where they came in.
+SEGMENT_REMEDY = "pass --on-decode-error replace to {fix}"
+SEGMENTED_REMEDY = "this reads segmented text: run `segment --on-decode-error replace` on the raw text to {fix}"
+
+
 def iter_lines(path: str | os.PathLike, name: str | None = None, errors: str = "strict",
-               report: DecodeReport | None = None) -> Iterator[str]:
+               report: DecodeReport | None = None, remedy: str = SEGMENT_REMEDY) -> Iterator[str]:
     """UTF-8 lines of a (possibly compressed) text file, without their line endings, streamed.
 
     errors="strict": a NUL byte (binary data) or invalid UTF-8 raises BertPipelineError naming the
-    file, line and byte offset (of the decompressed stream for compressed files). errors="replace":
-    invalid bytes become U+FFFD and NUL bytes are dropped, counted in `report`.
+    file, line and byte offset (of the decompressed stream for compressed files) and `remedy`.
+    errors="replace": invalid bytes become U+FFFD and NUL bytes are dropped, counted in `report`.
     """
     if errors not in ("strict", "replace"):
         raise BertPipelineError(f"errors must be 'strict' or 'replace', not {errors!r}")
@@ -175,7 +181,7 @@ def iter_lines(path: str | os.PathLike, name: str | None = None, errors: str = "
                 if errors == "strict":
                     raise BertPipelineError(
                         f"{name}: binary data, not text: NUL byte at byte offset {offset + nul} (line {lineno}); "
-                        "pass --on-decode-error replace to drop such bytes"
+                        + remedy.format(fix="drop such bytes")
                     )
                 report.removed_nuls += raw.count(b"\0")
                 report.first_offset = offset + nul if report.first_offset is None else report.first_offset
@@ -187,7 +193,7 @@ def iter_lines(path: str | os.PathLike, name: str | None = None, errors: str = "
                     bad = raw[exc.start: exc.start + 1].hex()
                     raise BertPipelineError(
                         f"{name}: not UTF-8 text: invalid byte 0x{bad} at byte offset {offset + exc.start} "
-                        f"(line {lineno}); pass --on-decode-error replace to replace such bytes with U+FFFD"
+                        f"(line {lineno}); " + remedy.format(fix="replace such bytes with U+FFFD")
                     ) from None
                 text = raw.decode("utf-8", errors="replace")
                 report.replaced_bytes += text.count("\ufffd") - raw.decode("utf-8", "ignore").count("\ufffd")

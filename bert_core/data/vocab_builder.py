@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bert_core.data.text_inputs import iter_lines, resolve_inputs
+from bert_core.data.text_inputs import SEGMENTED_REMEDY, iter_lines, resolve_inputs
 from bert_core.errors import BertPipelineError
 from bert_core.io import manifest, storage
 
@@ -78,7 +78,7 @@ def layout(learned: list[str], num_unused: int) -> list[str]:
 def _lines(files: list[tuple[str, Path]]) -> Iterator[list[str]]:
     batch: list[str] = []
     for uri, path in files:
-        for line in iter_lines(path, uri):
+        for line in iter_lines(path, uri, remedy=SEGMENTED_REMEDY):
             if line.strip():
                 batch.append(line)
                 if len(batch) >= 1000:

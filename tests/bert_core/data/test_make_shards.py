@@ -18,7 +18,7 @@ import pytest
 
 from bert_core.data import make_shards as sharding
 from bert_core.data import shard_format as shards
-from bert_core.data.instances import ShardConfig
+from bert_core.data.instances import ShardConfig, is_heldout
 from bert_core.errors import BertPipelineError
 from bert_core.io import manifest
 from bert_pipeline.cli import main
@@ -78,7 +78,7 @@ WORKERS_OBEY_SIGTERM = """
 import multiprocessing, os, signal, sys, time
 from pathlib import Path
 from bert_core.data import make_shards as sharding
-from bert_core.data.instances import ShardConfig
+from bert_core.data.instances import ShardConfig, is_heldout
 
 parent = os.getpid()
 
@@ -323,8 +323,6 @@ def test_heldout_split_by_document(corpus, tmp_path):
     assert held["config"]["split"] == "heldout" and held["config"]["dupe_factor"] == 1
     assert result["config"]["split"] == "train" and result["config"]["dupe_factor"] == 2
     # No held-out document's text reaches the training shards: compare the token rows' sentences.
-    from bert_core.data.instances import is_heldout
-
     docs = documents(130, seed=1) + documents(70, seed=2)
     held_docs = [d for d in docs if is_heldout(d, 0.2)]
     assert len(held_docs) == held["totals"]["documents"]
@@ -338,6 +336,22 @@ def test_heldout_split_by_document(corpus, tmp_path):
     before = digests(train_out) + digests(held_out)
     sharding.make_split_shards([str(corpus / "*.txt")], str(train_out), VOCAB, config, str(held_out))
     assert digests(train_out) + digests(held_out) == before
+
+
+def test_a_file_with_no_document_on_one_side_is_not_called_empty(corpus, tmp_path, caplog):
+    docs = documents(40, seed=3)
+    held = [d for d in docs if is_heldout(d, 0.2)]
+    assert held and len(held) < len(docs)
+    write_segmented(tmp_path / "train_only.txt", [d for d in docs if not is_heldout(d, 0.2)])
+    write_segmented(tmp_path / "both.txt", docs)
+    config = ShardConfig(**{**SMALL.__dict__, "holdout_fraction": 0.2})
+    with caplog.at_level(logging.INFO):
+        result = sharding.make_split_shards([str(tmp_path / "train_only.txt"), str(tmp_path / "both.txt")],
+                                            str(tmp_path / "train"), VOCAB, config, str(tmp_path / "held"))
+    assert result["heldout"]["documents"] == len(held)
+    assert "empty input" not in caplog.text
+    assert (f"train_only.txt: none of its {len(docs) - len(held)} document(s) is on the heldout side of the "
+            "hold-out split") in caplog.text
 
 
 def test_heldout_cli_and_empty_selection(corpus, tmp_path, capsys):
@@ -382,6 +396,8 @@ def test_json_and_binary_inputs_are_clear_errors(tmp_path):
         sharding.make_shards([str(jsonl)], str(tmp_path / "o"), VOCAB, SMALL)
     blob = tmp_path / "weights.bin"
     blob.write_bytes(b"\x00\x01\x02binary\x00" * 10)
-    with pytest.raises(BertPipelineError, match=r"weights.bin: binary data, not text"):
+    # The way out is named where it exists: segment's flag, make-shards has none.
+    with pytest.raises(BertPipelineError, match=r"weights.bin: binary data, not text: .*run `segment "
+                                                r"--on-decode-error replace` on the raw text to drop such bytes"):
         sharding.make_shards([str(blob)], str(tmp_path / "o2"), VOCAB, SMALL)
     assert not (tmp_path / "o").exists() and not (tmp_path / "o2").exists()
