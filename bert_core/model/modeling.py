@@ -214,9 +214,15 @@ class _TiedLookup(torch.autograd.Function):
         weight_grad, ctx.tied.grad = ctx.tied.grad, None
         if weight_grad is None:  # the decoder's output had no gradient (a loss that did not use it)
             weight_grad = torch.zeros(shape, dtype=dtype, device=device)
-        # index_put_ with accumulate is deterministic on CUDA as well (index_add_ is not there); on CPU both are
-        # the additions embedding's own backward makes.
-        weight_grad.index_put_((ids.reshape(-1),), grad.reshape(-1, shape[1]).to(dtype), accumulate=True)
+        # Rows added in an order that does not change from run to run, so that a run is reproducible (and a resumed
+        # one equals the uninterrupted one) bit for bit: on CUDA index_put_ with accumulate sorts the ids (index_add_
+        # adds with atomics there); on CPU it is index_put_ that adds with atomics across threads (two threads gave
+        # other gradients from one call to the next), and index_add_ adds in the ids' order, as fast.
+        rows = grad.reshape(-1, shape[1]).to(dtype)
+        if weight_grad.is_cuda:
+            weight_grad.index_put_((ids.reshape(-1),), rows, accumulate=True)
+        else:
+            weight_grad.index_add_(0, ids.reshape(-1), rows)
         return weight_grad, None, None
 
 

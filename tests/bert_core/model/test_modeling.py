@@ -565,6 +565,30 @@ def test_tied_word_embedding_gradient_is_autograds(head, autocast, monkeypatch):
             assert torch.equal(tied[name], plain[name]), name
 
 
+def test_tied_word_embedding_gradient_is_the_same_from_run_to_run_on_two_threads():
+    # A run is reproducible bit for bit, and a resumed run equals the uninterrupted one, only if every gradient is:
+    # on CPU index_put_ with accumulate adds repeated ids' rows with atomics across threads (it gave other
+    # word-embedding gradients from one call to the next on two threads, and the runs drifted apart).
+    cfg = BertConfig(vocab_size=211, hidden_size=256, num_hidden_layers=1, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = modeling.BertForPreTraining(cfg).eval()
+    randomize_(model)
+    ids = torch.randint(5, 40, (64, 48))  # few distinct ids: every row added many times
+    positions, targets = torch.randint(1, 47, (64, 6)), torch.randint(0, cfg.vocab_size, (64, 6))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        grads = []
+        for _ in range(8):
+            model.zero_grad(set_to_none=True)
+            model(ids, masked_lm_positions=positions, masked_lm_ids=targets).loss.backward()
+            grads.append(model.bert.embeddings.word_embeddings.weight.grad.clone())
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(grads[0], g) for g in grads[1:])
+
+
 def test_tied_gradient_only_where_a_backward_follows_through_a_shared_weight():
     model = modeling.BertForPreTraining(SMALL)
     parts = (model.bert.embeddings.word_embeddings, model.cls.predictions.decoder)
