@@ -91,7 +91,8 @@ class FinetuneConfig(TrackingConfig, RayTrainConfig, SquadOptions, OptimizerConf
     max_train_examples: int | None = option(None, "train on the first N rows/windows only (quick runs)",
                                             group=TASK, section=Form.DATA)
 
-    batch_size: int = option(32, "examples per update, all workers together (split across --num-workers)",
+    batch_size: int = option(32, "examples per micro-batch, all workers together (split across --num-workers); "
+                             "an update is --accumulate micro-batches",
                              group=OPTIMIZATION, section=Form.OPTIMIZATION)
     epochs: int = option(3, "passes over the training data", group=OPTIMIZATION, section=Form.OPTIMIZATION)
     optimizer: str | None = option_like(OptimizerConfig, "optimizer", "adamw")
