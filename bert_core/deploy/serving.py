@@ -207,7 +207,9 @@ class TaskPredictor:
         texts = [_text(r, "text", i) for i, r in enumerate(records)]
         pairs = [_text(r, "text_pair", i, required=self.pair) for i, r in enumerate(records)]
         if not self.pair and any(p is not None for p in pairs):
-            raise InvalidRequest(f"this {self.card.task} model reads one text per example: remove 'text_pair'")
+            row = next(i for i, p in enumerate(pairs) if p is not None)
+            raise InvalidRequest(f"row {row}: field 'text_pair': this {self.card.task} model reads one text per "
+                                 "example: remove it")
         encodings = self.tokenizer.encode_batch(texts, pairs if self.pair else None,
                                                 max_length=self.card.max_seq_length, truncation="longest_first")
         results = self._run([e.ids for e in encodings], [e.segment_ids for e in encodings])

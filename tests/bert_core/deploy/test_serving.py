@@ -128,7 +128,8 @@ def test_long_input_is_truncated_for_classification(models):
     ([{"text": "fine"}, {"text": "   "}], "row 1: field 'text' is empty"),
     ([{"text": 3}], "row 0: field 'text' must be a string, got int"),
     ([{"text": "x" * (MAX_CHARS + 1)}], f"has {MAX_CHARS + 1:,} characters"),
-    ([{"text": "one", "text_pair": "two"}], "reads one text per example: remove 'text_pair'"),
+    ([{"text": "one"}, {"text": "one", "text_pair": "two"}],
+     "row 1: field 'text_pair': this sst-2 model reads one text per example: remove it"),
     ([7], "row 0: expected an object with named fields or a string, got int"),
 ])
 def test_bad_requests_name_the_row_and_field(models, request_, message):
