@@ -21,6 +21,7 @@ from operators.params import (
     THROUGHPUT,
     TIME_TO_ACCURACY,
     TOLERANCES,
+    check_conf_keys,
     in_sections,
     renamed_params,
     section,
@@ -126,8 +127,11 @@ RENAMED = {"throughput_seq_len": "throughput_max_seq_length"}
 @dag(dag_id="bert_nightly_regression", schedule="@daily", start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
      catchup=False, max_active_runs=1, params=PARAMS, tags=["bert", "nightly"], doc_md=__doc__)
 def bert_nightly_regression():
+    # The first task checks the conf, as the other DAGs' `plan` does: a misspelt tolerance would otherwise be
+    # ignored and the night judged on the default.
     @bert_task
     def work_dir(params=None, run_id=None) -> str:
+        check_conf_keys(params, (*PARAMS, *RENAMED), "bert_nightly_regression")
         return locations.run_dir("bert_nightly_regression", params, run_id)
 
     @bert_task

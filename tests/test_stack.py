@@ -125,6 +125,10 @@ def test_conflicting_ports_are_refused_before_anything_starts(flags, message, tm
 @pytest.mark.parametrize("flags, message", [
     (["--postgres-port", "7001"], "--postgres-port: not a port of --profile default"),
     (["--ray-address", "10.0.0.1:6379"], "--ray-address is a setting of --profile production"),
+    (["--celery-workers", "3"], "--celery-workers is a setting of --profile production"),
+    (["--worker-concurrency", "4"], "--worker-concurrency is a setting of --profile production"),
+    (["--profile", "production", "--artifacts-destination", "s3://b/p", "--airflow-parallelism", "4"],
+     "--airflow-parallelism is a setting of --profile default"),
     (["--profile", "production"], "--profile production keeps the MLflow server's artifacts in an object store: "
                                   "give --artifacts-destination s3://BUCKET/PREFIX"),
     (["--profile", "production", "--artifacts-destination", "/data/mlartifacts"],

@@ -8,7 +8,7 @@ import argparse
 import os
 
 from bert_pipeline.stack import supervisor
-from bert_pipeline.stack.profiles import DEFAULT, PROFILES, Options
+from bert_pipeline.stack.profiles import DEFAULT, PRODUCTION, PROFILES, Options
 from bert_pipeline.stack.state import DEFAULT_PORTS, PORT_FLAGS, Stack, stack_home
 
 
@@ -78,11 +78,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-address", metavar="HOST:PORT",
                         help="production: the GCS address of a running Ray cluster (e.g. a multi-node one) for the "
                              "tasks to join; no Ray head is started then (default: start a head)")
-    parser.add_argument("--celery-workers", type=_count, default=2, metavar="N",
-                        help="production: Celery workers to start (up only; default 2)")
-    parser.add_argument("--worker-concurrency", type=_count, default=1, metavar="N",
-                        help="production: task instances each Celery worker runs at once (up only; default 1: "
-                             "a task of this pipeline trains or drives a Ray job, like a worker per machine)")
+    parser.add_argument("--celery-workers", type=_count, default=None, metavar="N",
+                        help=f"production: Celery workers to start (up only; default {Options.celery_workers})")
+    parser.add_argument("--worker-concurrency", type=_count, default=None, metavar="N",
+                        help="production: task instances each Celery worker runs at once (up only; default "
+                             f"{Options.worker_concurrency}: a task of this pipeline trains or drives a Ray job, like "
+                             "a worker per machine)")
     parser.add_argument("--ray-num-cpus", type=_count, default=None, metavar="N",
                         help="CPUs the Ray head offers to tasks and Ray Train workers (up only; default: the "
                              "machine's CPU count, at least 2 so the demo's 2 pretraining workers fit)")
@@ -92,6 +93,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=_positive, default=300.0, metavar="SECONDS",
                         help="how long `up` waits for each group of services to answer their health checks, and "
                              "for each set-up command (initdb, airflow db migrate) (default 300)")
+
+
+# Settings of one profile's services only; the profile's own check refuses --artifacts-destination and --ray-address.
+PROFILE_FLAGS = {"--celery-workers": PRODUCTION, "--worker-concurrency": PRODUCTION, "--airflow-parallelism": DEFAULT}
+
+
+def _check_profile_flags(args: argparse.Namespace, profile: str) -> None:
+    from bert_core.errors import BertPipelineError
+
+    for flag, owner in PROFILE_FLAGS.items():
+        if owner != profile and getattr(args, flag.removeprefix("--").replace("-", "_")) is not None:
+            raise BertPipelineError(f"{flag} is a setting of --profile {owner}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,8 +117,11 @@ def run(args: argparse.Namespace) -> int:
     cpus = max(2, os.cpu_count() or 1)
     options = Options(ray_num_cpus=args.ray_num_cpus or cpus, airflow_parallelism=args.airflow_parallelism or cpus,
                       artifacts_destination=args.artifacts_destination, ray_address=args.ray_address,
-                      celery_workers=args.celery_workers, worker_concurrency=args.worker_concurrency)
+                      celery_workers=args.celery_workers or Options.celery_workers,
+                      worker_concurrency=args.worker_concurrency or Options.worker_concurrency)
     profile = PROFILES[args.profile or DEFAULT]
+    if args.action == "up":
+        _check_profile_flags(args, profile.name)
     if args.action == "up" and not supervisor.running(Stack(stack.home).load()):
         # Before the lock makes the home; a running stack keeps the options it was started with.
         supervisor.check_request(profile, ports, given, options)

@@ -218,6 +218,21 @@ def test_nightly_dag_is_scheduled_daily_and_maps_over_models(dagbag):
         NIGHTLY.convergence.config, NIGHTLY.convergence.steps, list(NIGHTLY.convergence.peer_lrs))
 
 
+def test_nightly_fails_a_misspelt_param_at_its_first_task(dagbag, tmp_path):
+    """A night run with `quality_tolerence` ran on the default tolerance without a word: its first task names it."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    dag = dagbag.dags["bert_nightly_regression"]
+    params = {name: dag.params[name] for name in dag.params}
+    work_dir = dag.get_task("work_dir").python_callable
+    with pytest.raises(AirflowFailException, match=r"bert_nightly_regression conf: unknown param\(s\) "
+                                                   r"quality_tolerence; the DAG's params are .*quality_tolerance"):
+        work_dir(params={**params, "quality_tolerence": 0.1}, run_id="manual__1")
+    # The deprecated name is still a known key (the throughput task moves it to its current name).
+    assert work_dir(params={**params, "throughput_seq_len": 16, "work_dir": str(tmp_path / "night")},
+                    run_id="manual__1") == str(tmp_path / "night")
+
+
 def test_nightly_throughput_reads_the_former_name_of_its_length(dagbag, caplog, monkeypatch):
     """`throughput_seq_len` shipped in the nightly's form: a conf naming it still sets the benchmark's length."""
     from airflow.sdk.exceptions import AirflowFailException
