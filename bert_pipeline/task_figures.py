@@ -13,6 +13,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from operators.nightly import SPEED_KEYS  # the nightly's speed figures: ratios of ours to transformers
+
 log = logging.getLogger(__name__)
 
 # Metric names as a person says them (anything else keeps its name).
@@ -118,8 +120,8 @@ def _nightly_result(v: dict[str, Any]) -> str:
     return f"{v['status']}: {', '.join(v.get('regressions', []))}"
 
 
-def _throughput(v: dict[str, Any]) -> str:
-    return "ours / transformers tokens/s: " + ", ".join(f"{k.split('/', 1)[1]} {number(r)}x" for k, r in v.items())
+def _speed(v: dict[str, Any]) -> str:
+    return "ours / transformers: " + ", ".join(f"{k.removeprefix('throughput/')} {number(r)}x" for k, r in v.items())
 
 
 # (recognizer, describer), first match wins.
@@ -133,7 +135,7 @@ SHAPES: list[tuple[Callable[[Any], bool], Callable[[Any], str]]] = [
      lambda v: f"{v['instances']:,} instances: all expectations met"),
     (lambda v: isinstance(v, dict) and {"status", "regressions"} <= v.keys(), _nightly_result),
     (lambda v: isinstance(v, dict) and "work_dir" in v, lambda v: f"outputs under {v['work_dir']}"),
-    (lambda v: isinstance(v, dict) and v and all(str(k).startswith("throughput/") for k in v), _throughput),
+    (lambda v: isinstance(v, dict) and v and all(str(k).startswith(SPEED_KEYS) for k in v), _speed),
     (lambda v: isinstance(v, list) and v and all(isinstance(x, dict) and "task" in x for x in v),
      lambda v: f"{_plural(len(v), 'task')}: {', '.join(x['task'] for x in v)}"),
     (lambda v: isinstance(v, list) and v and all(isinstance(x, dict) and "role" in x for x in v),
