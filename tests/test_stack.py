@@ -427,3 +427,18 @@ def test_production_secrets_are_made_once_and_readable_by_the_owner_only(tmp_pat
     secrets.path(tmp_path).write_text(json.dumps({"postgres_password": "x"}))
     with pytest.raises(BertPipelineError, match="missing redis_password, jwt_secret"):
         secrets.load(tmp_path)
+
+
+def test_production_summary_gives_the_shell_exports(tmp_path):
+    from bert_pipeline.stack.profiles import PRODUCTION, PROFILES, Options
+
+    mlflow = {"url": "http://127.0.0.1:5000", "store": "postgresql://bert@127.0.0.1:5433/mlflow",
+              "artifacts": "s3://b/p"}
+    ray = {"url": "http://127.0.0.1:8265", "address": "127.0.0.1:6379"}
+    own = PROFILES[PRODUCTION].summary(tmp_path, {"mlflow": mlflow, "ray": ray}, Options(artifacts_destination="s3://b/p"))
+    assert own[-1] == ("From a shell: export MLFLOW_TRACKING_URI=http://127.0.0.1:5000 RAY_ADDRESS=127.0.0.1:6379 "
+                       "RAY_AUTH_MODE=disabled")
+    # A cluster of the team's own: its address, and its auth mode is not the stack's to say.
+    external = PROFILES[PRODUCTION].summary(tmp_path, {"mlflow": mlflow},
+                                            Options(artifacts_destination="s3://b/p", ray_address="10.0.0.1:6379"))
+    assert external[-1] == "From a shell: export MLFLOW_TRACKING_URI=http://127.0.0.1:5000 RAY_ADDRESS=10.0.0.1:6379"

@@ -108,9 +108,14 @@ class DefaultProfile(Profile):
         if airflow_:
             lines.append(f"Airflow  {airflow_['url']}   user admin, password in {airflow_['password_file']}")
         if mlflow and ray:
-            lines.append(f"From a shell: export MLFLOW_TRACKING_URI={mlflow['url']} RAY_ADDRESS={ray['address']} "
-                         "RAY_AUTH_MODE=disabled")
+            lines.append(_exports(mlflow["url"], ray["address"], own_head=True))
         return lines
+
+
+def _exports(mlflow_url: str, ray_address: str, own_head: bool) -> str:
+    """The line that points a shell at the stack (a head the stack started is loopback-only, without auth)."""
+    return (f"From a shell: export MLFLOW_TRACKING_URI={mlflow_url} RAY_ADDRESS={ray_address}"
+            + (" RAY_AUTH_MODE=disabled" if own_head else ""))
 
 
 class ProductionProfile(Profile):
@@ -184,6 +189,9 @@ class ProductionProfile(Profile):
         if workers:
             lines.append(f"Workers  {', '.join(workers)} (concurrency {options.worker_concurrency} each; "
                          f"home, work dir and TMPDIR under {home / 'workers'})")
+        ray_address = records["ray"]["address"] if "ray" in records else options.ray_address
+        if "mlflow" in records and ray_address:
+            lines.append(_exports(records["mlflow"]["url"], ray_address, own_head="ray" in records))
         return lines
 
 
