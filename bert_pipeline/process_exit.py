@@ -22,6 +22,7 @@ thread away from the C++ teardown; Ray's own worker processes are Ray's and end 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import threading
@@ -70,7 +71,8 @@ def run_and_exit(main: Callable[[], int | None]) -> None:
     except BrokenPipeError:
         # The reader of stdout left (`bert-pipeline zoo | head -3`): nothing to report, and what is still buffered
         # goes nowhere rather than raising again at the flush (Python's documented handling of SIGPIPE's EPIPE).
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # a stream with no descriptor: nothing to point
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 1
     except BaseException:  # noqa: BLE001  (printed as the interpreter would, then the same orderly exit)
         traceback.print_exc()
