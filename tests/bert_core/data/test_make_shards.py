@@ -78,7 +78,7 @@ WORKERS_OBEY_SIGTERM = """
 import multiprocessing, os, signal, sys, time
 from pathlib import Path
 from bert_core.data import make_shards as sharding
-from bert_core.data.instances import ShardConfig, is_heldout
+from bert_core.data.instances import ShardConfig
 
 parent = os.getpid()
 
