@@ -240,8 +240,13 @@ def run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, home: str | os.Pat
         if not ray_before and _ray_initialized():
             sys.modules["ray"].shutdown()  # the local Ray this run started; its goodbye goes to the log
         if error is not None:
+            said = str(error)
+            if type(error).__name__ == "ParamValidationError":
+                # Airflow appends jsonschema's whole report (the Param's schema, its form section text included)
+                # after the line that names the param, the value and what was expected.
+                said = f"conf: {said.split(chr(10) * 2)[0]}"
             raise BertPipelineError(f"{dag_id}: the run did not start or finish: {type(error).__name__}: "
-                                    f"{error} (log: {log_path})")
+                                    f"{said} (log: {log_path})")
         if not result.succeeded:
             out.write(failure_text(result) + "\n")
     return result

@@ -10,6 +10,7 @@ section's sentence."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -145,5 +146,7 @@ def check_conf_keys(params: dict[str, Any], declared: Sequence[str], dag_id: str
     misspelt setting would be ignored and the run would go on with the default."""
     unknown = sorted(set(params) - set(declared))
     if unknown:
-        raise BertPipelineError(f"{dag_id} conf: unknown param(s) {', '.join(unknown)}; the DAG's params are "
+        guesses = {key: difflib.get_close_matches(key, declared, n=1) for key in unknown}
+        named = ", ".join(f"{key} (did you mean {guesses[key][0]}?)" if guesses[key] else key for key in unknown)
+        raise BertPipelineError(f"{dag_id} conf: unknown param(s) {named}; the DAG's params are "
                                 f"{', '.join(sorted(declared))}")

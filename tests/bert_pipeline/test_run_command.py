@@ -60,3 +60,16 @@ def test_flag_errors_come_before_any_run(tmp_path, capsys):
         main(["run", "bert_pretrainin", "--home", str(tmp_path)])
     assert "invalid choice: 'bert_pretrainin'" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_ill_typed_param_is_named_in_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BERT_PIPELINE_HOME", "RAY_ADDRESS"))}
+    done = subprocess.run([sys.executable, "-m", "bert_pipeline.cli", "run", "bert_finetune", "--conf",
+                           '{"epochs": "three"}', "--home", str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = done.stderr.strip()
+    assert said.startswith("bert-pipeline run: error: bert_finetune: the run did not start or finish: "
+                           "ParamValidationError: conf: Invalid input for param epochs: 'three' is not of type "
+                           "'integer' (log: ")
+    assert "\n" not in said  # not jsonschema's report of the Param's whole schema
