@@ -108,12 +108,19 @@ def task_log_tail(log_path: Path, task_id: str, map_index: int | None, lines: in
         last = next((i for i in range(first + 1, len(text)) if end.search(text[i])), len(text))
         text = text[first + 1:last]
     cleaned = [clean_line(line) for line in text]
-    kept = [line for line in cleaned if line and not any(mark in line for mark in BOOKKEEPING)]
+    kept = [line for line in cleaned if line and not _bookkeeping(line)]
     return _shorten_tracebacks(kept)[-lines:]
 
 
 # Lines that record only Airflow's own bookkeeping of the task (its execution API calls, log groups).
 BOOKKEEPING = ("[airflow.api_fastapi.execution_api", "::group::", "::endgroup::", "[DAG TEST]")
+
+
+def _bookkeeping(line: str) -> bool:
+    # A task reading a mapped task's outputs walks them by index until the API answers 404, and Airflow's client
+    # logs that end-of-list probe as "[error] XCom not found ... offset=N" (airflow.sdk.api.client
+    # get_sequence_item): not an error of the task.
+    return any(mark in line for mark in BOOKKEEPING) or ("XCom not found" in line and " offset=" in line)
 
 
 def _shorten_tracebacks(lines: list[str]) -> list[str]:
