@@ -117,9 +117,23 @@ class TaskPredictor:
         self.kind, self.tokenizer, self.runner, self.card = kind, tokenizer, runner, card
         self.labels = list(labels) if labels is not None else None
         self.pair = pair
-        self.batch_size = batch_size
         self.embedder = embedder
+        self.batch_size = batch_size
         self.fields = FIELDS[kind]
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, rows: int) -> None:
+        # Set after loading too (a logged pyfunc's predictor, as `predict --model models:/...` runs it), so the
+        # embedding kind's own batching follows.
+        if rows < 1:
+            raise BertPipelineError(f"batch size must be at least 1, got {rows}")
+        self._batch_size = rows
+        if self.embedder is not None:
+            self.embedder.batch_size = rows
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path, batch_size: int = 32, export_dir: str | Path | None = None,

@@ -102,8 +102,13 @@ def test_answers_per_kind(models):
     for entity in ner["entities"]:
         assert text[entity["start"]:entity["end"]] == entity["text"] and entity["type"] in ("PER", "LOC")
 
-    embedding = TaskPredictor.from_model_dir(models["pretrained"])(["one sentence", "and another one"])
+    embedder = TaskPredictor.from_model_dir(models["pretrained"])
+    embedding = embedder(["one sentence", "and another one"])
     assert [len(e["embedding"]) for e in embedding] == [32, 32]
+    embedder.batch_size = 1  # as operators.registry.served_predictor sets it on a loaded pyfunc's predictor
+    assert embedder.embedder.batch_size == 1
+    one_by_one = embedder(["one sentence", "and another one"])
+    assert np.allclose([e["embedding"] for e in one_by_one], [e["embedding"] for e in embedding], atol=1e-5)
 
 
 def test_entities_from_iob2_tags():
