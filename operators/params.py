@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -141,12 +142,24 @@ def renamed_params(params: dict[str, Any], renamed: Mapping[str, str], defaults:
     return params
 
 
+def _close_param(key: str, declared: Sequence[str]) -> str | None:
+    """The declared Param `key` is most likely a misspelling of, if any: compared on what follows the words they
+    share (pretrain_lr is not pretrain_model; pretrain_step is pretrain_num_steps)."""
+    def likeness(name: str) -> float:
+        shared = os.path.commonprefix([key, name])
+        cut = shared.rfind("_") + 1
+        return difflib.SequenceMatcher(None, key[cut:], name[cut:]).ratio()
+
+    best = max(declared, key=likeness, default=None)
+    return best if best is not None and likeness(best) >= 0.6 else None
+
+
 def check_conf_keys(params: dict[str, Any], declared: Sequence[str], dag_id: str) -> None:
     """A run's conf may only name the DAG's Params: Airflow adds any other key to `params` silently, so a
     misspelt setting would be ignored and the run would go on with the default."""
     unknown = sorted(set(params) - set(declared))
     if unknown:
-        guesses = {key: difflib.get_close_matches(key, declared, n=1) for key in unknown}
-        named = ", ".join(f"{key} (did you mean {guesses[key][0]}?)" if guesses[key] else key for key in unknown)
+        guesses = {key: _close_param(key, declared) for key in unknown}
+        named = ", ".join(f"{key} (did you mean {guesses[key]}?)" if guesses[key] else key for key in unknown)
         raise BertPipelineError(f"{dag_id} conf: unknown param(s) {named}; the DAG's params are "
                                 f"{', '.join(sorted(declared))}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 
@@ -28,3 +30,32 @@ def check_gpu(where: str) -> None:
     if not torch.cuda.is_available() and not os.environ.get("RAY_ADDRESS"):
         raise BertPipelineError(f"{where}: use_gpu is set, but this machine has no GPU and RAY_ADDRESS names no "
                                 "cluster")
+
+
+def flags_as_params(message: str, names: Mapping[str, str]) -> str:
+    """The library's errors name its command-line flags (`--num-workers: expected ...`); a DAG's form has Params
+    (`pretrain_num_workers`) instead: `names` maps a config field to the Param that sets it."""
+    def param(match: re.Match) -> str:
+        return names.get(match.group(1).replace("-", "_"), match.group(0))
+
+    return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", param, message)
+
+
+def check_inputs(where: str, param: str, patterns: Sequence[str]) -> None:
+    """Text inputs (paths, globs, directories, s3:// URIs) that match files now, before any task reads them."""
+    from bert_core.data.text_inputs import resolve_inputs
+    from bert_core.errors import BertPipelineError
+
+    try:
+        resolve_inputs(list(patterns))
+    except BertPipelineError as exc:
+        raise BertPipelineError(f"{where}: {param}: {exc}") from None
+
+
+def check_file(where: str, param: str, path: str) -> None:
+    """A file a later task reads (a vocab.txt): there now, local or on S3."""
+    from bert_core.errors import BertPipelineError
+    from bert_core.io import storage
+
+    if not storage.exists(path):
+        raise BertPipelineError(f"{where}: {param}: no such file {path}")

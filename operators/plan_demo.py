@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from operators.locations import default_model_dir, demo_data, run_dir
+from operators.plan_checks import check_file, check_inputs
 from operators.plan_finetune import FinetuneTaskPlan, check_task
 from operators.plan_pretraining import check_phase
 
@@ -82,7 +83,11 @@ def plan(params: dict[str, Any], run_id: str | None, values: DemoValues, declare
     model = params.get("model") or default_model_dir()
     shards = settings_from(params, tuple(values.shards))
     pretrain = settings_from(params, values.pretrain_fields, PRETRAIN)
-    check_phase(f"{DAG_ID} params", shards, pretrain)
+    check_phase(f"{DAG_ID} params", shards, pretrain, pretrain_prefix=PRETRAIN)
+    corpus = params.get("corpus") or demo_data("corpus")
+    check_inputs(f"{DAG_ID} params", "corpus", [corpus])
+    vocab = params.get("vocab") or storage.join(model, "vocab.txt")
+    check_file(f"{DAG_ID} params", "vocab", vocab)
     finetune = settings_from(params, tuple(values.finetune), FINETUNE)
     own = {"squad": settings_from(params, tuple(values.squad), SQUAD)}
     tasks = {}
@@ -90,9 +95,8 @@ def plan(params: dict[str, Any], run_id: str | None, values: DemoValues, declare
         tasks[task] = FinetuneTaskPlan(task=task, data_dir=demo_data(data), model=model,
                                        output=f"{work}/finetune-{task}", evaluation=f"{work}/evaluate-{task}",
                                        registry=f"{work}/registry", settings={**finetune, **own.get(task, {})})
-        check_task(tasks[task])
-    return DemoPlan(work_dir=work, corpus=params.get("corpus") or demo_data("corpus"),
-                    vocab=params.get("vocab") or storage.join(model, "vocab.txt"), segmented=f"{work}/segmented",
+        check_task(tasks[task], {**{f: FINETUNE + f for f in finetune}, **{f: SQUAD + f for f in own.get(task, {})}})
+    return DemoPlan(work_dir=work, corpus=corpus, vocab=vocab, segmented=f"{work}/segmented",
                     shards=shards, shards_dir=f"{work}/shards", heldout_dir=f"{work}/shards-heldout",
                     pretrain=pretrain, pretrained=f"{work}/pretrained", registry=f"{work}/registry",
                     summary=f"{work}/demo_summary.json", finetune=tasks)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from operators.locations import default_model_dir, demo_data, run_dir
-from operators.plan_checks import check_gpu, max_positions
+from operators.plan_checks import check_gpu, flags_as_params, max_positions
 
 DAG_ID = "bert_finetune"
 # Conf keys the form shipped under another name: still accepted, with a warning.
@@ -87,8 +87,9 @@ def plan(params: dict[str, Any], run_id: str | None, settings: tuple[str, ...],
     return planned
 
 
-def check_task(plan: FinetuneTaskPlan) -> None:
-    """The task's config as the step will build it, its files and the model's limits, checked now."""
+def check_task(plan: FinetuneTaskPlan, names: dict[str, str] | None = None) -> None:
+    """The task's config as the step will build it, its files and the model's limits, checked now. `names`: the
+    Param that sets each setting, for the errors (default: the setting's own name, as bert_finetune's form has)."""
     from bert_core.errors import BertPipelineError
     from bert_core.finetune.config import FinetuneConfig
     from bert_core.io import storage
@@ -103,7 +104,8 @@ def check_task(plan: FinetuneTaskPlan) -> None:
                                                  exclude=("task", "data_dir", "model", "output")))
         config.validate()
     except (BertPipelineError, TypeError) as exc:
-        raise BertPipelineError(f"{where}: {exc}") from None
+        named = names if names is not None else {f: f for f in plan.settings}
+        raise BertPipelineError(f"{where}: {flags_as_params(str(exc), named)}") from None
     if plan.search and config.num_workers != 1:
         raise BertPipelineError(f"{where}: a search runs one worker per trial (trials run in parallel); set "
                                 f"num_workers 1, not {config.num_workers}")

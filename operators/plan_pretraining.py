@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from operators.locations import default_model_dir, demo_data, run_dir
-from operators.plan_checks import check_gpu, max_positions
+from operators.plan_checks import check_file, check_gpu, check_inputs, flags_as_params, max_positions
 
 DAG_ID = "bert_pretraining"
 
@@ -74,7 +74,10 @@ def plan(params: dict[str, Any], run_id: str | None, shard_settings: tuple[str, 
         where = f"{DAG_ID} params" if not phase.name else f"{DAG_ID} phases[{phase.index}]"
         positions = check_phase(where, phase.shards, phase.pretrain, positions, first=phase.index == 0)
     vocab = params.get("vocab") or str(Path(default_model_dir()) / "vocab.txt")
-    return PretrainingPlan(work_dir=work, inputs=list(params.get("inputs") or [demo_data("corpus")]), vocab=vocab,
+    inputs = list(params.get("inputs") or [demo_data("corpus")])
+    check_inputs(f"{DAG_ID} params", "inputs", inputs)
+    check_file(f"{DAG_ID} params", "vocab", vocab)
+    return PretrainingPlan(work_dir=work, inputs=inputs, vocab=vocab,
                            segmented=f"{work}/segmented", registry=f"{work}/registry", phases=phases)
 
 
@@ -115,29 +118,35 @@ def _phases(params: dict[str, Any], work: str, shard_settings: tuple[str, ...],
 
 
 def check_phase(where: str, shard_settings: dict[str, Any], pretrain_settings: dict[str, Any],
-                positions: int | None = None, first: bool = True) -> int | None:
+                positions: int | None = None, first: bool = True, pretrain_prefix: str = "") -> int | None:
     """Checks one phase's settings as the steps will build their configs; returns the model's position limit
-    (`positions`: the previous phase's, for the phases after the first)."""
+    (`positions`: the previous phase's, for the phases after the first). Errors name the Params (the pretraining
+    ones with `pretrain_prefix`, as the demo's form has them)."""
     from bert_core.data.instances import ShardConfig
     from bert_core.errors import BertPipelineError
+    from bert_core.io import storage
     from bert_core.pretrain.config import PretrainConfig
 
+    names = {**{f: f for f in shard_settings}, **{f: pretrain_prefix + f for f in pretrain_settings}}
     try:
         shards = ShardConfig(**shard_settings)
         shards.check()
         config = PretrainConfig(data="<shards>", output="<work_dir>/pretrained", **pretrain_settings)
         config.validate()
     except BertPipelineError as exc:
-        raise BertPipelineError(f"{where}: {exc}") from None
+        raise BertPipelineError(f"{where}: {flags_as_params(str(exc), names)}") from None
     if first and config.pretrained:
         positions = max_positions(config.pretrained)
-    if positions is None and config.model:
+    spec = config.model
+    if positions is None and spec and not (spec.endswith(".json") or storage.is_s3(spec)
+                                           or storage.local_path(spec).is_file()):
+        # A name (not a config file): it must be a zoo or bert_LAYERS_HIDDEN_HEADS name, or pretrain fails later.
         from bert_core.model.zoo import architecture_config
 
         try:
-            positions = architecture_config(config.model).max_position_embeddings
-        except BertPipelineError:
-            positions = None
+            positions = architecture_config(spec).max_position_embeddings
+        except BertPipelineError as exc:
+            raise BertPipelineError(f"{where}: {pretrain_prefix}model: {exc}") from None
     if positions is not None and shards.max_seq_length > positions:
         raise BertPipelineError(f"{where}: max_seq_length {shards.max_seq_length} is longer than the model's "
                                 f"{positions} positions")

@@ -69,11 +69,16 @@ def test_prefixed_params_for_two_steps_in_one_dag():
 
 
 @pytest.mark.parametrize("conf, message", [
-    ({"model": "bert_2_128_2", "pretrained": "/weights"}, "exactly one of --model"),
-    ({"batch_size": 0, "num_workers": 2}, "batch-size must be at least 1"),
+    ({"model": "bert_2_128_2", "pretrained": "/weights"}, "exactly one of model NAME"),
+    ({"batch_size": 0, "num_workers": 2}, "params: batch_size must be at least 1"),
     ({"holdout_fraction": 0.0}, "holdout_fraction must be above 0"),
     ({"max_seq_length": 4}, "max_seq_length must be at least 5"),
-    ({"dtype": "float8"}, "--dtype must be one of"),
+    ({"dtype": "float8"}, "params: dtype must be one of"),
+    ({"num_workers": "two"}, r"params: num_workers: expected a number N or a range MIN:MAX"),
+    ({"model": "bert_2_128_two"}, "params: model: unknown model 'bert_2_128_two': not a directory and not a zoo"),
+    ({"inputs": ["/no/corpus/*.txt"]}, r"params: inputs: input /no/corpus/\*.txt: matches no file"),
+    ({"inputs": ["/no/corpus.txt"]}, "params: inputs: input /no/corpus.txt: no such file or directory"),
+    ({"vocab": "/no/vocab.txt"}, "params: vocab: no such file /no/vocab.txt"),
 ])
 def test_impossible_settings_fail_the_plan_task_with_the_param_named(conf, message, tmp_path, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

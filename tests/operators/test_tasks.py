@@ -173,7 +173,7 @@ def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatc
         (dict(max_seq_length=1024), "task sst-2: max_seq_length 1024 is longer than the model's 512 positions"),
         (dict(overrides={"squad": {"max_seq_length": 1024}}),
          "task squad: max_seq_length 1024 is longer than the model's 512 positions"),
-        (dict(overrides={"sst-2": {"batch_size": 0}}), "task sst-2: --batch-size must be at least 1"),
+        (dict(overrides={"sst-2": {"batch_size": 0}}), "task sst-2: batch_size must be at least 1"),
         (dict(use_gpu=True), "task sst-2: use_gpu is set, but this machine has no GPU"),
         (dict(recipe="gluonnlp", preset="bert-paper"), "recipe .the deprecated name of preset. is 'gluonnlp'"),
     ]
@@ -206,7 +206,7 @@ def test_pretraining_phases_are_checked_before_any_work(tmp_path):
          r"phases\[1\]: max_seq_length 1024 is longer than the model's 512 positions"),
         (dict(phases=[{"seq_len": 128}]), r"phases\[0\].seq_len: not a make-shards or pretrain setting"),
         (dict(phases=[{}, {"model": "bert_4_256_4"}]), r"phases\[1\]: a later phase starts from the previous"),
-        (dict(phases=[{"batch_size": 0, "num_workers": 2}]), r"phases\[0\]: .*batch-size must be at least 1"),
+        (dict(phases=[{"batch_size": 0, "num_workers": 2}]), r"phases\[0\]: batch_size must be at least 1"),
         (dict(phases="seq 128 then 512"), "phases: expected a list of objects"),
         (dict(seq=128), r"bert_pretraining conf: unknown param\(s\) seq"),
     ]
@@ -263,7 +263,14 @@ def test_demo_params_are_the_library_fields_and_keep_the_old_names(tmp_path, mon
         32, 64)
     assert "SQuAD's own: squad_max_seq_length" in PARAMS["finetune_max_seq_length"].description
     for conf, message in [(dict(pretrain_step=8), r"bert_demo conf: unknown param\(s\) pretrain_step"),
-                          (dict(pretrain_batch_size=0), "bert_demo params: .*batch-size must be at least 1"),
+                          (dict(pretrain_batch_size=0), "bert_demo params: pretrain_batch_size must be at least 1"),
+                          (dict(pretrain_num_workers="two"), "bert_demo params: pretrain_num_workers: expected a "
+                                                             "number N or a range"),
+                          (dict(pretrain_model="bert_2_128_two"), "bert_demo params: pretrain_model: unknown model"),
+                          (dict(corpus=str(tmp_path / "nope.txt")), "bert_demo params: corpus: input .*nope.txt: "
+                                                                    "no such file or directory"),
+                          (dict(finetune_lr=-1.0), "task sst-2: finetune_lr must be positive"),
+                          (dict(squad_epochs=0), "task squad: squad_epochs must be at least 1"),
                           (dict(pretrain_steps=8, pretrain_num_steps=9), "give pretrain_num_steps only")]:
         with pytest.raises(BertPipelineError, match=message):
             plan(**conf)
