@@ -442,3 +442,21 @@ def test_production_summary_gives_the_shell_exports(tmp_path):
     external = PROFILES[PRODUCTION].summary(tmp_path, {"mlflow": mlflow},
                                             Options(artifacts_destination="s3://b/p", ray_address="10.0.0.1:6379"))
     assert external[-1] == "From a shell: export MLFLOW_TRACKING_URI=http://127.0.0.1:5000 RAY_ADDRESS=10.0.0.1:6379"
+
+
+def test_a_plain_up_completes_a_half_up_stack_with_the_profile_it_was_started_with(tmp_path, monkeypatch, capsys):
+    from bert_pipeline.stack import supervisor
+
+    started = []
+    monkeypatch.setattr(supervisor, "up", lambda stack, profile, *rest: started.append(profile.name) or 0)
+    redis = _sleeper()
+    try:
+        state = _write_state(tmp_path, {"redis": _record(redis, "http://127.0.0.1:1/none", tmp_path / "redis.log")})
+        state.write_text(json.dumps({**json.loads(state.read_text()), "profile": "production"}))
+        assert main(["stack", "up", "--home", str(tmp_path)]) == 0
+        assert started == ["production"]  # not "is up with --profile production; down first"
+    finally:
+        redis.kill()
+        redis.wait()
+    assert main(["stack", "up", "--home", str(tmp_path)]) == 0  # nothing running: the default profile
+    assert started == ["production", "default"]

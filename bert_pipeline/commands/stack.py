@@ -107,6 +107,12 @@ def _check_profile_flags(args: argparse.Namespace, profile: str) -> None:
             raise BertPipelineError(f"{flag} is a setting of --profile {owner}")
 
 
+def _running_profile(stack: Stack) -> str | None:
+    """The profile a (half-)running stack was started with: a plain `up` completes it as it was started."""
+    current = Stack(stack.home).load()
+    return supervisor.recorded(current)[0].name if supervisor.running(current) else None
+
+
 def run(args: argparse.Namespace) -> int:
     stack = Stack(stack_home(args.home))
     if args.action == "status":
@@ -119,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
                       artifacts_destination=args.artifacts_destination, ray_address=args.ray_address,
                       celery_workers=args.celery_workers or Options.celery_workers,
                       worker_concurrency=args.worker_concurrency or Options.worker_concurrency)
-    profile = PROFILES[args.profile or DEFAULT]
+    profile = PROFILES[args.profile or _running_profile(stack) or DEFAULT]
     if args.action == "up":
         _check_profile_flags(args, profile.name)
     if args.action == "up" and not supervisor.running(Stack(stack.home).load()):
