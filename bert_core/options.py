@@ -32,13 +32,14 @@ def option(default: Any = _UNSET, help: str = "", *, default_factory: Any = _UNS
            flag: str | None = None, aliases: Sequence[str] = (), deprecated: Sequence[str] = (),
            choices: Sequence[Any] | None = None, metavar: str | None = None, default_help: str | None = None,
            negate: str | None = None, exclusive: str | None = None, positional: bool = False, const: Any = None,
-           cli: bool = True, section: str | None = None) -> Any:
+           cli: bool = True, section: str | None = None, switch_help: str | None = None) -> Any:
     """A dataclass field with its flag's description.
 
     help: the flag's help (the default is appended, or `default_help` when the default is computed);
     group: the --help section; flag/aliases: the flag's name (default --field-name) and older names kept
     working; deprecated: older names kept working with a warning and left out of --help (a flag renamed
-    after it shipped); negate: for a True-by-default bool, the flag that turns it off (e.g. --no-tracking);
+    after it shipped); negate: for a True-by-default bool, the flag that turns it off (e.g. --no-tracking),
+    which `help` then describes, and switch_help what the field itself means when on (a DAG form's switch);
     exclusive: fields sharing this name are mutually exclusive (required when none has a default);
     positional: an argument, not a flag; const: the value of the flag given without one (an optional value);
     cli=False: not a flag at all (set by code); section: the trigger-form section (a `Form` value) of the DAG
@@ -47,7 +48,7 @@ def option(default: Any = _UNSET, help: str = "", *, default_factory: Any = _UNS
     metadata = {"help": help, "group": group, "flag": flag, "aliases": tuple(aliases),
                 "deprecated": tuple(deprecated), "choices": choices, "metavar": metavar,
                 "default_help": default_help, "negate": negate, "exclusive": exclusive, "positional": positional,
-                "const": const, "cli": cli, "section": section}
+                "const": const, "cli": cli, "section": section, "switch_help": switch_help}
     if default_factory is not _UNSET:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

@@ -89,7 +89,12 @@ def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, An
         library_default = None if library_default is dataclasses.MISSING else library_default
         default = defaults.get(name, library_default)
         nullable = nullable or default is None
-        description = (f"{label}: " if label else "") + meta.get("help", "")
+        if meta.get("negate") and not meta.get("switch_help"):
+            raise BertPipelineError(f"{config_cls.__name__}.{name}: its help describes {meta['negate']}; give its "
+                                    "option(...) a switch_help saying what the field means when on")
+        # A negated flag's help describes the flag (--cased: keep case); the form's switch is the field itself.
+        helped = meta["switch_help"] if meta.get("negate") else meta.get("help", "")
+        description = (f"{label}: " if label else "") + helped
         description += "." if description and not description.endswith(".") else ""
         if meta.get("default_help") and name not in defaults:
             description += f" Empty: {meta['default_help']}."

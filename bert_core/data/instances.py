@@ -82,7 +82,8 @@ class ShardConfig:
     do_lower_case: bool = option(True, "keep case, for cased vocabs (default: lower-case and strip accents "
                                  "before WordPiece, for uncased vocabs: --do-lower-case)", group=MASKING,
                                  section=Form.DATA,
-                                 negate="--cased", aliases=("--do-lower-case",))
+                                 negate="--cased", aliases=("--do-lower-case",),
+                                 switch_help="lower-case and strip accents before WordPiece, for uncased vocabs; off: keep case, for cased vocabs")
     # A unit closes after this many documents or this many characters of text, whichever comes first
     # (a worker needs ~50 bytes per character of its unit; smaller units also balance workers better).
     chunk_documents: int = option(1000, "documents per unit of work; the random next sentence is drawn from the "

@@ -74,7 +74,8 @@ class ExportConfig:
                          choices=("onnx", "pt2"))
     optimize: bool = option(True, "onnx: do not fuse the graph with ONNX Runtime's transformer optimizer "
                             "(fused: one Attention kernel per layer, SkipLayerNormalization, BiasGelu; the "
-                            "counts are recorded in export.json)", negate="--no-optimize")
+                            "counts are recorded in export.json)", negate="--no-optimize",
+                            switch_help="onnx: fuse the graph with ONNX Runtime's transformer optimizer")
     quantize: str | None = option(None, "also write an INT8 dynamically quantised ONNX graph (ONNX Runtime dynamic "
                                   "quantisation of the fused graph, per-channel weight scales); with --eval-data, its metric is reported next "
                                   "to the fp32 graph's, with the difference", choices=("int8",))

@@ -111,7 +111,8 @@ class PretrainConfig(TrackingConfig, RayTrainConfig, OptimizerConfig):
                                    "chance is a warning, an MLflow tag and a line of the final summary",
                                    group=CHECKPOINTS, section=Form.STORAGE)
     progress: bool = option(True, "no progress bar", group=CHECKPOINTS, section=Form.STORAGE,
-                            negate="--no-progress")
+                            negate="--no-progress",
+                            switch_help="show a progress bar")
 
     num_workers: int | str = option(
         1, "training workers (one per GPU with --use-gpu), or MIN:MAX for an elastic group that starts once MIN can "

@@ -123,7 +123,8 @@ class RayTrainConfig:
 @dataclass(kw_only=True)
 class TrackingConfig:
     tracking: bool = option(True, "do not log to MLflow", group=TRACKING, section=Form.STORAGE,
-                            negate="--no-tracking")
+                            negate="--no-tracking",
+                            switch_help="log the run to MLflow")
     tracking_uri: str | None = option(None, "MLflow tracking URI", group=TRACKING, section=Form.STORAGE,
                                       metavar="URI",
                                       default_help="$MLFLOW_TRACKING_URI, else sqlite:///$BERT_PIPELINE_HOME/mlflow.db")

@@ -155,3 +155,22 @@ def test_num_workers_param_takes_a_number_or_an_elastic_range():
     assert "MIN:MAX" in param.description
     with pytest.raises(BertPipelineError, match=r"--num-workers: expected a number N or a range MIN:MAX"):
         PretrainConfig(data="d", output="o", model="m", num_steps=1, num_workers="two")
+
+
+def test_a_negated_flags_param_describes_the_field_not_the_flag():
+    """`--cased` turns do_lower_case off; the form's switch is do_lower_case itself (on: lower-case)."""
+    from dataclasses import dataclass
+
+    from bert_core.options import option
+    from pipelines.bert_pretraining import PARAMS
+
+    assert PARAMS["do_lower_case"].value is True
+    assert PARAMS["do_lower_case"].description.startswith("Lower-case and strip accents before WordPiece")
+    assert "keep case" not in PARAMS["do_lower_case"].description.split(";")[0]
+
+    @dataclass
+    class Switches:
+        colour: bool = option(True, "no colour", negate="--no-colour", section="Storage")
+
+    with pytest.raises(BertPipelineError, match="Switches.colour: its help describes --no-colour; give its option"):
+        config_params(Switches, ["colour"], {})
