@@ -176,6 +176,8 @@ class MlflowTracker(Tracker):
             run = mlflow.start_run(run_id=run_id)
         self.run_id = run.info.run_id
         self.experiment_id = run.info.experiment_id
+        if run_id is not None:  # attached: the run's own experiment, not this constructor's default
+            experiment = mlflow.get_experiment(self.experiment_id).name
         log.info("MLflow run %s in experiment %r at %s", self.run_id, experiment, self.tracking_uri)
 
     def log_params(self, params: dict[str, Any]) -> None:

@@ -149,3 +149,16 @@ def test_params_logged_again_keep_their_first_value(tmp_path, monkeypatch):
     again.end()
     params = mlflow.MlflowClient(first.tracking_uri).get_run(first.run_id).data.params
     assert params == {"world_size": "2", "batch_size": "8", "lr": "0.001"}
+
+
+def test_a_tracker_attached_to_a_run_names_the_runs_experiment(tmp_path, monkeypatch, caplog):
+    """Rank 0 of a fine-tuning run attaches to the driver's run: its log line named the constructor's default
+    experiment (bert-pretrain) instead of the run's (bert-finetune/squad)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
+    driver = tracking.MlflowTracker("bert-finetune/squad", run_name="driver")
+    with caplog.at_level("INFO", logger="bert_core.io.tracking"):
+        rank0 = tracking.MlflowTracker(tracking_uri=driver.tracking_uri, run_id=driver.run_id)
+    assert f"MLflow run {driver.run_id} in experiment 'bert-finetune/squad'" in caplog.text
+    rank0.end()
+    driver.end()
