@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from bert_core.launch.ports import free_ports
+
 from bert_core.errors import BertPipelineError
 from bert_pipeline.cli import main
 from bert_pipeline.stack import airflow as airflow_service
@@ -135,6 +137,8 @@ def test_conflicting_ports_are_refused_before_anything_starts(flags, message, tm
      "--artifacts-destination /data/mlartifacts: expected an object store URI"),
     (["--profile", "production", "--artifacts-destination", "s3://b/p", "--ray-address", "http://head:8265"],
      "--ray-address http://head:8265: expected the GCS address HOST:PORT"),
+    (["--profile", "production", "--artifacts-destination", "s3://b/p", "--ray-address",
+      f"127.0.0.1:{free_ports()[0]}"], "no Ray head answers there (Connection refused); start the cluster first"),
     (["--profile", "production", "--artifacts-destination", "s3://b/p", "--redis-port", "7002", "--postgres-port",
       "7002"], "two services cannot share port 7002"),
 ])

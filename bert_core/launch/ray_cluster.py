@@ -48,6 +48,34 @@ def cluster_address() -> str | None:
     return address or None
 
 
+# How long a driver waits for a cluster's head to accept connections (a head restarting after a spot loss comes
+# back within this); then the task fails and Airflow's retries take over. Ray's own wait for an absent head is
+# 20 tries of ~40 s each.
+HEAD_WAIT_S = 60.0
+
+
+def wait_for_head(address: str, timeout: float | None = None) -> None:
+    """A ConnectionError (retryable: the head may be restarting) naming the address when nothing accepts TCP
+    connections at the GCS address HOST:PORT within `timeout` seconds (default HEAD_WAIT_S); other forms (auto,
+    ray://) are left to Ray."""
+    import socket
+    import time
+
+    match = re.fullmatch(r"([^:/\s]+):(\d+)", address)
+    if not match:
+        return
+    deadline = time.monotonic() + (HEAD_WAIT_S if timeout is None else timeout)
+    while True:
+        try:
+            socket.create_connection((match[1], int(match[2])), timeout=5).close()
+            return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise ConnectionError(f"RAY_ADDRESS={address}: no Ray head answers there "
+                                      f"({exc.strerror or exc}); is the cluster up?") from None
+            time.sleep(1.0)
+
+
 # The GCS address of the local instance connect() started in this process (None: it joined a cluster, or
 # started none): such an instance is this machine alone, and no other node joins it.
 _local_instance: str | None = None
@@ -64,6 +92,8 @@ def connect(local_cpus: int | None = None, **init_kwargs: Any) -> None:
     if ray.is_initialized():
         return
     address = cluster_address()
+    if address:
+        wait_for_head(address)
     ray.init(address=address or "local", num_cpus=None if address else local_cpus, **init_kwargs)
     _local_instance = None if address else ray.get_runtime_context().gcs_address
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,6 +140,16 @@ class ProductionProfile(Profile):
         if options.ray_address and not re.match(r"^[^:/\s]+:\d+$", options.ray_address):
             raise BertPipelineError(f"--ray-address {options.ray_address}: expected the GCS address HOST:PORT of "
                                     "a running Ray cluster's head (the one `ray start --address` takes)")
+        if options.ray_address:
+            # No head of ours is health-checked then: a cluster that is not there would only show as the first
+            # training task hanging in Ray's connection retries.
+            host, port = options.ray_address.rsplit(":", 1)
+            try:
+                socket.create_connection((host, int(port)), timeout=5).close()
+            except OSError as exc:
+                raise BertPipelineError(f"--ray-address {options.ray_address}: no Ray head answers there "
+                                        f"({exc.strerror or exc}); start the cluster first, or give its head's "
+                                        "GCS address") from None
 
     def missing(self, options: Options) -> list[Missing]:
         found = [Missing(what, f"apt-get install -y {postgres.APT_PACKAGE}") for what in postgres.missing()]

@@ -56,3 +56,25 @@ def test_cli_steps_refuse_a_job_server_url_before_any_work(monkeypatch, tmp_path
     assert not (tmp_path / "ft").exists() and not (tmp_path / "model").exists()
     # Tracking was on (the embedded store under BERT_PIPELINE_HOME): refused before any MLflow run was opened.
     assert not (tmp_path / "home" / "mlflow.db").exists()
+
+
+def test_joining_a_head_that_is_not_there_fails_in_seconds_naming_it():
+    """Ray itself retries an absent head 20 times at ~40 s each; a driver gives up after HEAD_WAIT_S with a
+    retryable error (Airflow's retries then wait for a head that is restarting)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from bert_core.launch.ports import free_ports
+
+    address = f"127.0.0.1:{free_ports()[0]}"
+    program = ("from bert_core.launch import ray_cluster\nray_cluster.HEAD_WAIT_S = 2\n"
+               "try:\n    ray_cluster.connect()\nexcept ConnectionError as exc:\n    print(exc)\n")
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RAY_ADDRESS": address})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"RAY_ADDRESS={address}: no Ray head answers there (Connection refused); " \
+                                  "is the cluster up?"
+    assert time.monotonic() - began < 60
