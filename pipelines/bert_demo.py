@@ -15,6 +15,7 @@ from bert_core.data.instances import ShardConfig
 from bert_core.finetune.config import FinetuneConfig
 from bert_core.options import Form
 from bert_core.pretrain.config import PretrainConfig
+from operators import bundled_recipe
 from operators import plan_demo as planning
 from operators import tasks as ops
 from operators.airflow_tasks import bert_task
@@ -25,12 +26,9 @@ from operators.plan_demo import FINETUNE, PRETRAIN, SQUAD, DemoPlan, DemoValues
 # finishes in minutes; everything else is the library's default. Each is a Param generated from its config
 # field (the library's help, and its default named), prefixed by step where two steps share a field name.
 DEMO = DemoValues(
-    # dupe_factor 5 (Google's default is 10): more masked copies of the tiny corpus to learn from (with 2, the
-    # corpus of before 2026-11-27 gave one seed in four under the promotion floor). bert_2_128_2: on the bundled
-    # corpus's 53 held-out sequences (428 masked tokens; chance 0.136), 500 steps of it gave masked-LM 0.224-0.236
-    # over seeds 0-3, of bert_2_64_2 0.187-0.206, one at the promotion floor (chance + 5 points; README, 2026-11-27).
-    shards={"max_seq_length": 64, "max_predictions_per_seq": 10, "dupe_factor": 5, "holdout_fraction": 0.1},
-    pretrain={"model": "bert_2_128_2", "num_workers": 2, "num_steps": 500, "batch_size": 32, "ckpt_interval": 0},
+    # Shards and pretraining: the settings measured to learn on the bundled corpus (operators.bundled_recipe).
+    shards=dict(bundled_recipe.SHARDS),
+    pretrain={**bundled_recipe.PRETRAIN, "ckpt_interval": 0},
     pretrain_also=("seed",),  # the spread over seeds is in the README
     finetune={"epochs": 2, "lr": 1e-4, "num_workers": 1, "batch_size": 16, "max_seq_length": 32, "doc_stride": 32,
               "max_query_length": 16},

@@ -109,7 +109,12 @@ def test_pretraining_dag_maps_make_shards_over_input_files_and_phases(dagbag):
     assert {t.task_id for t in dag.tasks if t.is_mapped} == {"make_shards", "make_heldout_shards", "validate_shards"}
     assert dag.params["phases"] == []  # one phase unless the conf lists them
     # One source for the training defaults: the DAG leaves the learning rate to the library's rule.
-    assert dag.params["lr"] is None and dag.params["holdout_fraction"] == 0.05
+    assert dag.params["lr"] is None
+    # Its defaults are the settings measured to learn on the bundled corpus, the demo's (one source).
+    from pipelines.bert_demo import DEMO
+
+    assert all(dag.params[name] == value for name, value in DEMO.shards.items())
+    assert all(dag.params[name] == DEMO.pretrain[name] for name in ("model", "num_steps", "batch_size"))
     # A production run can be started from the trigger form: precision, GPUs, workers, optimizer, warmup,
     # accumulation, masking, held-out split, starting weights, checkpoints, storage, failures.
     production = {"dtype", "use_gpu", "num_workers", "optimizer", "warmup_ratio", "adam_eps", "accumulate",
