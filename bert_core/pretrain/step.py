@@ -412,12 +412,14 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     watch = LearningWatch(total_steps, Baseline(*majority_baseline(eval_shards or shards)), config.watch_fraction)
     watch.skip_until(step)
     # In a log file (Ray workers, Airflow) a bar redrawn every second would flood it.
+    # Without the bar (--no-progress, as the DAG tasks run), a log line every PROGRESS_LINE_S instead.
     bar = tqdm(total=total_steps, initial=step, disable=rank != 0 or not config.progress, unit="step",
                dynamic_ncols=True, mininterval=1.0 if sys.stderr.isatty() else 30.0)
     drain_at: int | None = None  # under a drain notice: the step whose checkpoint is the last one here
     step_seconds: deque[float] = deque(maxlen=10)  # wall time of the latest steps, checkpoints included
     checkpoint_seconds = 0.0  # how long the latest checkpoint took
     step_end = time.perf_counter()
+    last_line = time.monotonic()
     try:
         while step < total_steps:
             t0 = time.perf_counter()
@@ -441,6 +443,10 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
                 watch.observe_train(step, logged)
                 interval = _Interval()
                 log.debug("step %d: %s", step, logged)
+                if bar.disable and rank == 0 and time.monotonic() - last_line >= PROGRESS_LINE_S:
+                    last_line = time.monotonic()
+                    log.info("step %d of %d: loss %.4f, masked-LM accuracy %.3f (training), %.0f tokens/s", step,
+                             total_steps, logged["loss"], logged["mlm_accuracy"], logged["tokens_per_s"])
             heldout = None
             if eval_shards and step < total_steps and (
                     watch.due(step) or (config.eval_interval and step % config.eval_interval == 0)):
@@ -531,6 +537,10 @@ def _report_verdict(verdict, tracker: Tracker) -> None:
         return
     # One sentence: the final figures against chance, then what the check points saw earlier.
     log.log(logging.WARNING if verdict.status in ("not_learning", "warned") else logging.INFO, "%s", verdict.summary)
+
+
+# How often a run without a progress bar says where it is (a task log otherwise goes quiet for the whole run).
+PROGRESS_LINE_S = 30.0
 
 
 def _log_interval(tracker: Tracker, bar: tqdm, interval: _Interval, result, step: int) -> dict[str, float]:

@@ -404,3 +404,21 @@ def test_output_carries_the_vocab_the_shards_were_made_with(cfg, tmp_path):
     (data / "manifest.json").write_text(json.dumps(meta))
     with pytest.raises(BertPipelineError, match="shards were made with a vocabulary of 30522 tokens"):
         pretrain(cfg(data=str(data), output=str(tmp_path / "out2"), num_steps=1, batch_size=8))
+
+
+def test_without_a_progress_bar_the_log_says_where_the_run_is(cfg, monkeypatch, caplog):
+    """DAG tasks run with progress off (a bar would flood the task log): a line every PROGRESS_LINE_S instead."""
+    from bert_core.pretrain import step as pretrain_step
+
+    monkeypatch.setattr(pretrain_step, "PROGRESS_LINE_S", 0.0)
+    with caplog.at_level("INFO", logger="bert_core.pretrain.step"):
+        pretrain(cfg(num_steps=4, log_interval=2))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().endswith("tokens/s")]
+    steps = [line.split(":")[0] for line in lines]
+    assert {"step 2 of 4", "step 4 of 4"} <= set(steps), lines
+    assert "masked-LM accuracy" in lines[-1] and "(training)" in lines[-1]
+    monkeypatch.setattr(pretrain_step, "PROGRESS_LINE_S", 3600.0)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="bert_core.pretrain.step"):
+        pretrain(cfg(num_steps=4, log_interval=2, output=cfg().output + "-2"))
+    assert not [r for r in caplog.records if r.getMessage().endswith("tokens/s")]
