@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import logging
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -63,6 +64,20 @@ def in_sections(params: dict[str, Any]) -> dict[str, Any]:
     return dict(sorted(params.items(), key=lambda item: order.index(item[1].schema["section"])))
 
 
+# Flags of the library's help texts and errors that name what a DAG provides itself (no Param sets them).
+DAG_PROVIDED = {"data_eval": "the held-out shards", "output": "output", "data_dir": "the task's data directory",
+                "data": "the shards"}
+
+
+def flags_as_params(message: str, names: Mapping[str, str]) -> str:
+    """The library's help texts and errors name its command-line flags (`--num-workers: expected ...`); a DAG's
+    form has Params (`pretrain_num_workers`) instead: `names` maps a config field to the Param that sets it."""
+    def param(match: re.Match) -> str:
+        return names.get(match.group(1).replace("-", "_"), match.group(0))
+
+    return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)(?![\w])", param, message)
+
+
 def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, Any] | None = None,
                   notes: dict[str, str] | None = None, prefix: str = "", label: str = "") -> dict[str, Any]:
     """Params for the fields `names` of `config_cls`, in that order. `defaults`: the DAG's own choice for a few
@@ -75,6 +90,8 @@ def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, An
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
     defaults = defaults or {}
     params: dict[str, Any] = {}
+    # The help texts name flags (--batch-size); the form names this form's Params, or the setting.
+    flag_names = {**{field: prefix + field if field in names else field for field in fields}, **DAG_PROVIDED}
     for name in names:
         if name not in fields:
             raise BertPipelineError(f"{config_cls.__name__} has no field {name!r}")
@@ -98,11 +115,14 @@ def config_params(config_cls: type, names: Sequence[str], defaults: dict[str, An
         description += "." if description and not description.endswith(".") else ""
         if meta.get("default_help") and name not in defaults:
             description += f" Empty: {meta['default_help']}."
+        elif name in defaults and library_default is None and not meta.get("default_help"):
+            description += " (No library default.)"
         elif name in defaults:  # a computed library default (None) is said as its help says it
             shown = meta["default_help"] if library_default is None and meta.get("default_help") else library_default
             description += f" (Library default: {shown}.)"
         if notes and name in notes:
             description += f" {notes[name]}"
+        description = flags_as_params(description, flag_names)
         types = kinds + ["null"] if nullable else kinds
         schema: dict[str, Any] = {"type": types if len(types) > 1 else types[0]}
         if meta.get("choices") is not None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -30,15 +29,6 @@ def check_gpu(where: str) -> None:
     if not torch.cuda.is_available() and not os.environ.get("RAY_ADDRESS"):
         raise BertPipelineError(f"{where}: use_gpu is set, but this machine has no GPU and RAY_ADDRESS names no "
                                 "cluster")
-
-
-def flags_as_params(message: str, names: Mapping[str, str]) -> str:
-    """The library's errors name its command-line flags (`--num-workers: expected ...`); a DAG's form has Params
-    (`pretrain_num_workers`) instead: `names` maps a config field to the Param that sets it."""
-    def param(match: re.Match) -> str:
-        return names.get(match.group(1).replace("-", "_"), match.group(0))
-
-    return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", param, message)
 
 
 def check_inputs(where: str, param: str, patterns: Sequence[str]) -> None:

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from operators.locations import default_model_dir, demo_data, run_dir
-from operators.plan_checks import check_file, check_gpu, check_inputs, flags_as_params, max_positions
+from operators.params import flags_as_params
+from operators.plan_checks import check_file, check_gpu, check_inputs, max_positions
 
 DAG_ID = "bert_pretraining"
 

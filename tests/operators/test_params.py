@@ -111,7 +111,7 @@ def test_the_forms_lr_description_gives_the_rules_value():
     from pipelines.bert_pretraining import PARAMS
 
     assert "bert_core/pretrain/recipe.py" in PARAMS["lr"].description
-    assert "lr 2.00e-03 for hidden 128, global batch 64" in PARAMS["lr"].description
+    assert "lr 1.41e-03 for hidden 128, global batch 32" in PARAMS["lr"].description
 
 
 def test_pretrain_and_make_shards_settings_are_config_fields(tmp_path):
@@ -174,3 +174,21 @@ def test_a_negated_flags_param_describes_the_field_not_the_flag():
 
     with pytest.raises(BertPipelineError, match="Switches.colour: its help describes --no-colour; give its option"):
         config_params(Switches, ["colour"], {})
+
+
+def test_form_descriptions_name_params_not_command_line_flags():
+    """The library's help names flags (--batch-size, --data-eval); a form names its own Params or the setting."""
+    import re
+
+    from pipelines.bert_demo import PARAMS as DEMO_PARAMS
+    from pipelines.bert_finetune import PARAMS as FINETUNE_PARAMS
+    from pipelines.bert_pretraining import PARAMS
+
+    for form in (PARAMS, DEMO_PARAMS, FINETUNE_PARAMS):
+        for name, param in form.items():
+            flags = re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*(?!\w)", param.description or "")
+            assert not flags, (name, flags, param.description)
+    assert "with finetune_num_workers" not in DEMO_PARAMS["finetune_batch_size"].description
+    assert "split across finetune_num_workers" in DEMO_PARAMS["finetune_batch_size"].description
+    assert "Evaluate on the held-out shards every N steps" in PARAMS["eval_interval"].description
+    assert PARAMS["num_steps"].description.endswith("(No library default.)")
