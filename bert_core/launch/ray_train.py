@@ -43,6 +43,7 @@ import torch
 from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
+from bert_core import logs
 from bert_core.deploy.mlflow_model import pyfunc_spec
 from bert_core.errors import BertPipelineError
 from bert_core.io import storage
@@ -220,7 +221,7 @@ class RayCheckpointStore:
 
 def _worker_setup(payload: dict[str, Any], use_gpu: bool) -> tuple[torch.device, Tracker]:
     """Logging, this worker's device and its tracker: rank 0 logs into the driver's MLflow run."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure()  # under an Airflow task, info lines on stdout: Ray re-prints stderr where Airflow sees errors
     device = torch.device("cpu")
     if use_gpu:
         device = ray.train.torch.get_device()

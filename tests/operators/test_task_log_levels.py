@@ -1,0 +1,134 @@
+"""A task's log as the Airflow UI shows it: Airflow's supervisor records a task's stdout at level info and its
+stderr at level error, and Ray re-prints its workers' stdout and stderr on the driver's. The lines our Ray workers
+log (progress, learning checks, "model written to ...") must come out at info, their errors and tracebacks at
+error; outside Airflow the workers' logging stays on stderr (a command's stdout carries its result)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from bert_core import logs
+from tests.operators.supervised_task import read_log
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A bert_task whose driver runs a function on a Ray worker of a fresh local Ray, with the environment a step's
+# driver gives its workers (worker_env), and whose worker sets its logging up as a Ray Train worker of a step does.
+DAG = '''
+import logging
+import sys
+
+from airflow.sdk import dag
+
+from operators.airflow_tasks import bert_task
+
+
+def work():
+    from bert_core import logs
+
+    logs.configure()
+    log = logging.getLogger("bert_core.pretrain.step")
+    log.info("learning check: masked LM accuracy 0.231")
+    log.warning("the warmup ends after the last step")
+    try:
+        raise ValueError("shard 3 is empty")
+    except ValueError:
+        log.exception("cannot read shard 3")
+    return {"best_epoch": 1}
+
+
+@bert_task
+def train():
+    import ray
+
+    from bert_core.launch.ray_cluster import connect, worker_env
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the DAG file is no module a worker imports
+    connect(local_cpus=1, include_dashboard=False)
+    try:
+        return ray.get(ray.remote(work).options(runtime_env={"env_vars": worker_env()}).remote())
+    finally:
+        ray.shutdown()
+
+
+@dag(schedule=None)
+def log_levels():
+    train()
+
+
+log_levels()
+'''
+
+
+def test_a_ray_workers_info_lines_are_info_in_the_task_log_its_errors_error(tmp_path):
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "log_levels.py").write_text(DAG)
+    log_path = tmp_path / "task.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "RAY_ADDRESS", "MLFLOW_TRACKING"))}
+    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", RAY_COLOR_PREFIX="0")
+    done = subprocess.run([sys.executable, "-m", "tests.operators.supervised_task", str(dags), "log_levels.py",
+                           "log_levels", "train", str(log_path)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = read_log(log_path)
+    assert any("Returned value was: {'best_epoch': 1}" in r["event"] for r in records), records
+
+    def levels(text: str) -> set[str]:
+        found = {r["level"] for r in records if text in r["event"]}
+        assert found, f"{text!r} not in the task log: {[r['event'] for r in records]}"
+        return found
+
+    assert levels("learning check: masked LM accuracy 0.231") == {"info"}
+    assert levels("WARNING bert_core.pretrain.step: the warmup ends") == {"info"}  # the level name stays readable
+    assert levels("cannot read shard 3") == {"error"}
+    assert levels("Traceback (most recent call last):") == {"error"}
+    assert levels("ValueError: shard 3 is empty") == {"error"}
+
+
+def test_outside_airflow_a_workers_logging_stays_on_stderr():
+    """configure() is basicConfig where no Airflow task is served: everything on stderr, stdout left alone."""
+    code = textwrap.dedent("""
+        import logging
+        from bert_core import logs
+        logs.configure()
+        logging.getLogger("bert_core.pretrain.step").info("learning check: 0.231")
+        logging.getLogger("bert_core.pretrain.step").error("cannot read shard 3")
+    """)
+    env = {k: v for k, v in os.environ.items() if k != logs.AIRFLOW_RUN_ENV}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    assert "INFO bert_core.pretrain.step: learning check: 0.231" in done.stderr
+    assert "ERROR bert_core.pretrain.step: cannot read shard 3" in done.stderr
+
+
+def test_a_console_handler_ray_train_installed_keeps_only_the_errors(monkeypatch, capsys):
+    """A Ray Train worker's root logger has Ray's console handler (stderr) before the step runs, so basicConfig does
+    nothing there: under Airflow that handler keeps ERROR and above, and a twin on stdout takes the rest, with its
+    filters (Ray Train's log-level filter). Twice is the same as once."""
+    monkeypatch.setenv(logs.AIRFLOW_RUN_ENV, "manual__1")
+    logger = logging.getLogger("tests.ray_train_worker_root")
+    logger.propagate = False
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(logging.Formatter("%(message)s"))
+    console.addFilter(lambda record: "debug noise" not in record.getMessage())
+    logger.handlers[:] = [console]
+    logger.setLevel(logging.INFO)
+    try:
+        logs.info_to_stdout(logger)
+        logs.info_to_stdout(logger)
+        logger.info("best epoch 1 (f1=50.0000)")
+        logger.info("debug noise")
+        logger.error("cannot read shard 3")
+    finally:
+        logger.handlers.clear()
+    out, err = capsys.readouterr()
+    assert out.count("best epoch 1") == 1 and "INFO tests.ray_train_worker_root: best epoch 1" in out
+    assert "debug noise" not in out and "cannot read shard 3" not in out
+    assert err == "cannot read shard 3\n"
