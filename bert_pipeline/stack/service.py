@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bert_core.errors import BertPipelineError
+from bert_pipeline.run_output import LOG_ENV
 
 Record = dict[str, Any]  # what `up` records of a started service in state.json: pid, started, url, health_url, log...
 
@@ -56,6 +57,10 @@ def base_env(home: Path) -> dict[str, str]:
     env["BERT_PIPELINE_HOME"] = str(home)
     env["RAY_AUTH_MODE"] = "disabled"  # loopback-only head; clients must use the same mode (see conftest)
     env["PYTHONUNBUFFERED"] = "1"  # log lines reach the log files as they happen
+    # What a service prints goes to a file (its log, a task's log), as `bert-pipeline run`'s output goes to the run
+    # log: the same settings, unless the user set them. Ray's workers get them from the head's raylet.
+    for name, value in LOG_ENV.items():
+        env.setdefault(name, value)
     for name in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI"):
         env.pop(name, None)
     return env
