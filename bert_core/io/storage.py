@@ -13,10 +13,12 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from bert_core.errors import BertPipelineError
@@ -45,7 +47,42 @@ def split_s3(uri: str) -> tuple[str, str]:
     return parsed.netloc, parsed.path.lstrip("/")
 
 
+# The client of this process and its S3 settings (below). boto3 clients are thread-safe; making one is not (it
+# goes through boto3's default session), hence the lock.
+_client: tuple[tuple, Any] | None = None
+_client_lock = threading.Lock()
+
+
+def _forget_client() -> None:
+    """In a forked child (an Airflow task process): a client of its own, not its parent's connections, and a lock no
+    thread holds."""
+    global _client, _client_lock
+    _client, _client_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_client)
+
+
+def _s3_settings() -> tuple:
+    """What a client is made of, as boto3 reads it from the environment: every AWS_* variable (endpoint, credentials,
+    region, profile, config files)."""
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+
+
 def s3_client():
+    """The S3 client for the current settings, made once: boto3 logs where it found the endpoint and credentials
+    each time it makes one ("Found endpoint for s3 via: environment_global"), which was 50+ lines per task when
+    every storage call made its own. Changed settings (another S3 server, a task's connection credentials) get a
+    new client."""
+    global _client
+    settings = _s3_settings()
+    with _client_lock:
+        if _client is None or _client[0] != settings:
+            _client = (settings, _new_s3_client())
+        return _client[1]
+
+
+def _new_s3_client():
     import boto3
     from botocore.config import Config
 
