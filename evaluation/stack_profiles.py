@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import logging
 import os
 import platform
 import shutil
@@ -127,6 +128,9 @@ def s3_endpoint() -> Iterator[dict[str, str]]:
     except ImportError:
         raise SystemExit("no S3: set AWS_ENDPOINT_URL and credentials of an S3 server, or install moto[server] "
                          "(pip install -e '.[test]')") from None
+    # Its HTTP server (werkzeug) logs every request at INFO: the objects the stacks' tasks write were 473 of the
+    # benchmark's 500 lines.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
     server.start()
     host, port = server.get_host_and_port()
