@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bert_core.pretrain.learning_watch import chance_findings
-from bert_pipeline.commands.run import add_run_arguments, stamp
+from bert_pipeline.commands.run import add_run_arguments, airflow_ui_line, stamp
 from bert_pipeline.task_figures import metrics_text
 
 DAG_ID = "bert_demo"
@@ -51,17 +51,29 @@ def summary_text(home: Path, summary: dict[str, Any], metrics_on: str | None, lo
     lines = ["", f"bert_demo finished in {took}.", ""]
     for model in summary["models"]:
         lines += model_lines(model, metrics_on)
-    uri = summary["tracking_uri"]
     lines += [
         "",
         f"Artifacts (manifests, models, predictions): {summary['summary_file'].rsplit('/', 1)[0]}",
         f"Summary: {summary['summary_file']}",
         f"Log: {log_path}",
-        f"MLflow UI:  mlflow ui --backend-store-uri {uri} --port 5000   (then http://127.0.0.1:5000)",
-        f"Airflow UI, MLflow server and a Ray head together: bert-pipeline stack up --home {home}   "
-        "(then http://127.0.0.1:8080; `bert-pipeline stack down --home ...` stops them)",
+        *ui_lines(home, summary["tracking_uri"]),
     ]
     return "\n".join(lines)
+
+
+def ui_lines(home: Path, tracking_uri: str) -> list[str]:
+    """Where to see the run: the servers of the stack up on the home, else how to start them. A server's URL is
+    its own UI; `mlflow ui` is only for a store (the embedded sqlite file)."""
+    from bert_pipeline.embedded_home import stack_airflow_url
+
+    if tracking_uri.startswith(("http://", "https://")):
+        mlflow = f"MLflow UI:  {tracking_uri}"
+    else:
+        mlflow = f"MLflow UI:  mlflow ui --backend-store-uri {tracking_uri} --port 5000   (then http://127.0.0.1:5000)"
+    if stack_airflow_url(home):
+        return [mlflow, airflow_ui_line(home)]
+    return [mlflow, f"Airflow UI, MLflow server and a Ray head together: bert-pipeline stack up --home {home}   "
+                    "(then http://127.0.0.1:8080; `bert-pipeline stack down --home ...` stops them)"]
 
 
 def run(args: argparse.Namespace) -> int:

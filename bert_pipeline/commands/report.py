@@ -23,16 +23,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "./report.html for an MLflow run)")
     parser.add_argument("--tracking-uri", metavar="URI",
                         help="the MLflow store of the run's curves, registry and report run (default: the store "
-                             "the run's tasks recorded, else $MLFLOW_TRACKING_URI, else "
-                             "sqlite:///$BERT_PIPELINE_HOME/mlflow.db; an MLflow UI address names its own)")
+                             "the run's tasks recorded, else $MLFLOW_TRACKING_URI, else the MLflow server of the "
+                             "stack up on $BERT_PIPELINE_HOME, else sqlite:///$BERT_PIPELINE_HOME/mlflow.db; an "
+                             "MLflow UI address names its own)")
     parser.add_argument("--no-mlflow", dest="log_to_mlflow", action="store_false",
                         help="do not log the report to the DAG run's MLflow run (experiment bert-runs); by default "
                              "it is logged there, replacing an earlier one")
 
 
-def run(args: argparse.Namespace) -> int:
-    from bert_pipeline.report.build import build
+def _names_its_store(args: argparse.Namespace) -> bool:
+    """--tracking-uri, or an MLflow UI address (its server is the store): the home's stack is not asked then."""
+    return bool(args.tracking_uri) or args.source.startswith(("http://", "https://"))
 
+
+def run(args: argparse.Namespace) -> int:
+    from bert_pipeline.embedded_home import use_stack_mlflow
+    from bert_pipeline.report.build import build
+    from bert_pipeline.stack.state import stack_home
+
+    if not _names_its_store(args):
+        # The home's MLflow is the stack's server while one is up there: what it logged, only it can serve.
+        use_stack_mlflow(stack_home(None))
     if storage.is_s3(args.source) or storage.is_s3(args.output or ""):
         # The credentials the tasks had, which may come from an Airflow connection.
         from operators.airflow_tasks import s3_credentials_from_connection

@@ -1,6 +1,7 @@
 """`bert-pipeline run DAG_ID`: run one of the DAGs once, in this process, the way `bert-pipeline demo` runs
 bert_demo: Airflow's dag.test() on the embedded home (tasks here, local Ray unless RAY_ADDRESS, the MLflow sqlite
-store), with the run view on the terminal and everything the components log in the run's log file.
+store or, while a stack is up on the home, the stack's MLflow server), with the run view on the terminal and
+everything the components log in the run's log file.
 
 The DAG's Params are its settings: `--conf` / `--conf-file` give them as JSON, exactly what "Trigger DAG" in the
 Airflow UI takes; the DAG's `plan` task checks them before any work. `bert-pipeline stack up --home HOME` shows
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+from pathlib import Path
 
 from bert_pipeline.dags_folder import dag_ids
 
@@ -62,5 +64,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"Log: {result.log_path}")
     if result.report:
         print(result.report)
-    print(f"Airflow UI on this home: bert-pipeline stack up --home {home}   (then http://127.0.0.1:8080)")
+    print(airflow_ui_line(home))
     return 0 if result.succeeded else 1
+
+
+def airflow_ui_line(home: Path) -> str:
+    """Where this home's runs show in the Airflow UI: the stack's, when one is up on the home (on its own port),
+    else the command that starts one."""
+    from bert_pipeline.embedded_home import stack_airflow_url
+
+    url = stack_airflow_url(home)
+    if url:
+        return f"Airflow UI on this home: {url}   (the stack up on {home})"
+    return f"Airflow UI on this home: bert-pipeline stack up --home {home}   (then http://127.0.0.1:8080)"

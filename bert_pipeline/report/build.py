@@ -40,6 +40,13 @@ def build(source: str, tracking_uri: str | None = None, output: str | None = Non
           log_to_mlflow: bool = True) -> Built:
     """`source`: a run directory (local or s3://), or an MLflow run (runs:/ID, a run id, an MLflow UI address);
     a local path that exists is always a directory, even if its name looks like a run id."""
-    if publish.looks_like_mlflow_run(source) and not (not storage.is_s3(source) and storage.local_path(source).exists()):
+    if publish.looks_like_mlflow_run(source) and not _local_path_that_exists(source):
         return from_mlflow(source, tracking_uri, output, log_to_mlflow)
     return from_run_dir(source, tracking_uri, output, log_to_mlflow)
+
+
+def _local_path_that_exists(source: str) -> bool:
+    # An s3:// prefix or an MLflow UI's http:// address is no local path (storage.local_path refuses them).
+    if "://" in source and not source.startswith("file://"):
+        return False
+    return storage.local_path(source).exists()

@@ -197,12 +197,14 @@ def _serving_example(name: str, version: str, uri: str) -> Any:
 
     try:
         with mlflow_client(uri) as client, tempfile.TemporaryDirectory(prefix="bert-report-") as scratch:
-            # The version's source is its logged model (models:/m-...); its artifact location is a plain
-            # file:// or s3:// URI, read without MLflow's process-wide tracking and registry URIs.
+            # The version's source is its logged model (models:/m-...). Its artifact location is a file:// or
+            # s3:// URI, or, where a server with --serve-artifacts made the experiment (the stack's), an
+            # mlflow-artifacts: one that only that server resolves: read through `uri`, not MLflow's
+            # process-wide tracking URI.
             source = client.get_model_version(name, str(version)).source
             location = client.get_logged_model(source.removeprefix("models:/")).artifact_location
             path = mlflow.artifacts.download_artifacts(artifact_uri=f"{location}/serving_input_example.json",
-                                                       dst_path=scratch)
+                                                       dst_path=scratch, tracking_uri=uri)
             with open(path, encoding="utf-8") as f:
                 return json.load(f)
     except (MlflowException, OSError, json.JSONDecodeError) as exc:

@@ -136,17 +136,40 @@ def records_from_mlflow(reference: str, tracking_uri: str | None = None) -> tupl
         experiment = client.get_experiment(run.info.experiment_id)
         if experiment.name != REPORT_EXPERIMENT:
             run = _report_run_of(client, run, uri)
-        with tempfile.TemporaryDirectory(prefix="bert-report-") as scratch:
-            try:
-                path = client.download_artifacts(run.info.run_id, DATA_FILE, scratch)
-            except (MlflowException, OSError) as exc:
-                raise BertPipelineError(f"MLflow run {run.info.run_id} holds no {DATA_FILE} ({exc}): build the "
-                                        "report from the run directory instead") from None
-            records = json.loads(Path(path).read_text(encoding="utf-8"))
+        records = _logged_records(client, run.info.run_id, uri)
     if records.get("format") != FORMAT:
         raise BertPipelineError(f"MLflow run {run.info.run_id}: {DATA_FILE} is format {records.get('format')}, "
                                 f"this version reads format {FORMAT}; build the report from the run directory")
     return {**records, "tracking_uri": uri}, run.info.run_id
+
+
+def _logged_records(client, run_id: str, uri: str) -> dict[str, Any]:
+    """The DATA_FILE logged in MLflow run `run_id`. Listing the run's artifacts first tells a run without the file
+    from artifacts this store cannot reach (an `mlflow-artifacts:` location read from the server's sqlite file
+    instead of the server): only the first is the run's fault."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        names = {artifact.path for artifact in client.list_artifacts(run_id)}
+    except (MlflowException, OSError) as exc:
+        raise BertPipelineError(f"the artifacts of MLflow run {run_id} cannot be read through {uri}: "
+                                f"{_first_line(exc)} (--tracking-uri or MLFLOW_TRACKING_URI names the store; for a "
+                                "stack's runs, its MLflow server's URL)") from None
+    if DATA_FILE not in names:
+        raise BertPipelineError(f"MLflow run {run_id} holds no {DATA_FILE} (its artifacts: "
+                                f"{', '.join(sorted(names)) or 'none'}): build the report from the run directory "
+                                "instead")
+    with tempfile.TemporaryDirectory(prefix="bert-report-") as scratch:
+        try:
+            path = client.download_artifacts(run_id, DATA_FILE, scratch)
+        except (MlflowException, OSError) as exc:
+            raise BertPipelineError(f"{DATA_FILE} of MLflow run {run_id} could not be downloaded through {uri}: "
+                                    f"{_first_line(exc)}") from None
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def _first_line(exc: Exception) -> str:
+    return (getattr(exc, "message", None) or str(exc)).strip().splitlines()[0]
 
 
 def _report_run_of(client, run, uri: str):
