@@ -1,5 +1,5 @@
 """`bert-pipeline run DAG_ID`: a real bert_pretraining run (dag.test() on an embedded home) whose `plan` passes and
-whose `segment` fails on a missing input, as the command line shows it: the task lines, the failed task's log
+whose `segment` fails on an input that is not UTF-8 text, as the command line shows it: the task lines, the failed task's log
 tail and the log file's path, the report of how far it got, exit status 1; and the flags' errors, before any run."""
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_failing_task_shows_its_log_tail_and_the_log_path(tmp_path):
-    missing = tmp_path / "corpus" / "missing.txt"
+    binary = tmp_path / "corpus" / "binary.txt"
+    binary.parent.mkdir()
+    binary.write_bytes(b"A first line of text.\n\xff\xfe and then bytes that are not UTF-8.\n")
     conf = tmp_path / "conf.json"
-    conf.write_text(json.dumps({"inputs": [str(missing)]}))
+    conf.write_text(json.dumps({"inputs": [str(binary)]}))
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BERT_PIPELINE_HOME", "RAY_ADDRESS"))}
     done = subprocess.run([sys.executable, "-m", "bert_pipeline.cli", "run", "bert_pretraining", "--conf-file",
@@ -35,14 +37,14 @@ def test_a_failing_task_shows_its_log_tail_and_the_log_path(tmp_path):
     assert any(line.startswith(" ✗ segment ") and "failed" in line for line in lines)
     assert any(line.startswith(" - pretrain ") and "upstream failed" in line for line in lines)
     tail = out.split("segment failed. The end of its log:\n", 1)[1]
-    assert f"| bert_core.errors.BertPipelineError: input {missing}: no such file or directory" in tail
+    assert f"| bert_core.errors.BertPipelineError: {binary}: not UTF-8 text: invalid byte 0xff" in tail
     assert f"Full log: {log_path}" in tail
     assert "Traceback (most recent call last)" in log_path.read_text()  # the whole traceback stays there
 
     # The run's files sit in the work dir the DAG would have chosen (HOME/pretraining/<stamp>), beside its outputs.
     run_dir = log_path.parent
     record = json.loads((run_dir / "run.json").read_text())
-    assert record["state"] == "failed" and record["conf"] == {"inputs": [str(missing)], "work_dir": str(run_dir)}
+    assert record["state"] == "failed" and record["conf"] == {"inputs": [str(binary)], "work_dir": str(run_dir)}
     assert record["run_id"] in lines[1] and run_dir == home / "pretraining" / run_dir.name
     # A failed run has its report too: the timeline shows how far it got.
     assert f"Report (open it in a browser): {run_dir / 'report.html'}" in lines
