@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bert_core.errors import BertPipelineError
 from bert_pipeline.dags_folder import pipelines_dir
-from bert_pipeline.stack import processes
+from bert_pipeline.stack import processes, ray_head
 from bert_pipeline.stack.health import http_ok
 from bert_pipeline.stack.service import Record
 from bert_pipeline.stack.state import Stack, stack_home
@@ -51,7 +51,10 @@ def setup_home(home: str | os.PathLike | None = None, serialize: bool = True) ->
     os.environ["AIRFLOW_HOME"] = str(root / "airflow")
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(pipelines_dir())
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local, loopback-only Ray for in-process runs
+    if "RAY_AUTH_MODE" not in os.environ:
+        # The run's local Ray listens on every interface (Ray 2.60 binds its GCS and raylet so): it checks the
+        # home's token, as the stack's head does (docs/stack.md). RAY_AUTH_MODE set by the user is theirs.
+        os.environ.update(ray_head.auth_env(root))
     _airflow("db", "migrate")
     if serialize:
         _airflow("dags", "reserialize")

@@ -31,8 +31,11 @@ def ray_head(tmp_path_factory) -> RayHead:
     home = tmp_path_factory.mktemp("ray-head-home")
     dashboard, gcs = free_ports(2)
     spec = ray_service.spec(home, {"ray_dashboard": dashboard, "ray_gcs": gcs}, num_cpus=2)
-    # The job drivers run with the environment the head was started with: this venv first on PATH.
-    env = {**spec["env"], "RAY_USAGE_STATS_ENABLED": "0"}
+    # The job drivers run with the environment the head was started with: this venv first on PATH. Without the
+    # stack's token: these tests submit from the test process, whose Ray mode is "disabled" (conftest); the token
+    # itself is tested on the stack's head (tests/test_stack_ui.py).
+    env = {k: v for k, v in spec["env"].items() if k != "RAY_AUTH_TOKEN_PATH"}
+    env.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
     spec = {**spec, "env": env}
     proc, record = supervisor.start(home, spec)
     try:

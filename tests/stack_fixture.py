@@ -37,6 +37,7 @@ from pathlib import Path
 import pytest
 
 from bert_core.launch.ports import free_ports
+from bert_pipeline.stack import ray_head
 from bert_pipeline.stack.airflow import PASSWORD_FILE
 
 UP_TIMEOUT_S = 400  # `stack up` waits up to its own --timeout (300 s) per phase; this bounds the whole command
@@ -91,8 +92,10 @@ class LocalStack:
 
     def client_env(self) -> dict[str, str]:
         """Environment variables that point a client process (CLI, driver, MLflow client) at this stack."""
+        # The stack's own head checks its token; the loopback cluster given as --ray-address runs without one.
+        auth = {"RAY_AUTH_MODE": "disabled"} if self.ray_cluster else ray_head.auth_env(self.home)
         return {"BERT_PIPELINE_HOME": str(self.home), "MLFLOW_TRACKING_URI": self.mlflow_url,
-                "RAY_ADDRESS": self.ray_address, "RAY_AUTH_MODE": "disabled"}
+                "RAY_ADDRESS": self.ray_address, **auth}
 
     def cli(self, *args: str, timeout: float = UP_TIMEOUT_S) -> subprocess.CompletedProcess:
         """Run `bert-pipeline stack ARGS --home HOME` in a child process (as a person would, so the services

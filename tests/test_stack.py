@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bert_core.launch.ports import free_ports
-
 from bert_core.errors import BertPipelineError
+from bert_core.launch.ports import free_ports
 from bert_pipeline.cli import main
 from bert_pipeline.stack import airflow as airflow_service
 from bert_pipeline.stack import health, processes, ray_head
@@ -441,7 +440,7 @@ def test_production_summary_gives_the_shell_exports(tmp_path):
     ray = {"url": "http://127.0.0.1:8265", "address": "127.0.0.1:6379"}
     own = PROFILES[PRODUCTION].summary(tmp_path, {"mlflow": mlflow, "ray": ray}, Options(artifacts_destination="s3://b/p"))
     assert own[-1] == ("From a shell: export MLFLOW_TRACKING_URI=http://127.0.0.1:5000 RAY_ADDRESS=127.0.0.1:6379 "
-                       "RAY_AUTH_MODE=disabled")
+                       f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={tmp_path / 'stack' / 'ray_auth_token'}")
     # A cluster of the team's own: its address, and its auth mode is not the stack's to say.
     external = PROFILES[PRODUCTION].summary(tmp_path, {"mlflow": mlflow},
                                             Options(artifacts_destination="s3://b/p", ray_address="10.0.0.1:6379"))

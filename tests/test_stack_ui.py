@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -206,7 +207,15 @@ def test_trigger_bert_demo_from_the_airflow_ui(local_stack, browser):
     assert {"bert-sst-2", "bert-squad"} <= set(checked), summary["models"]
     assert not [str(p) for p in local_stack.tmp.rglob("MLmodel")]
     # ... and pretraining ran on the stack's Ray head: the task process joined it as a Ray driver.
-    with urllib.request.urlopen(f"{local_stack.ray_dashboard_url}/api/jobs/", timeout=30) as response:
+    # The head checks Ray's token (its GCS and raylet listen on every interface): refused without it.
+    jobs_url = f"{local_stack.ray_dashboard_url}/api/jobs/"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(jobs_url, timeout=30)
+    assert refused.value.code == 401
+    token = Path(local_stack.client_env()["RAY_AUTH_TOKEN_PATH"]).read_text().strip()
+    assert oct(Path(local_stack.client_env()["RAY_AUTH_TOKEN_PATH"]).stat().st_mode & 0o777) == "0o600"
+    request = urllib.request.Request(jobs_url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
         jobs = json.loads(response.read())
     assert any(j.get("type") == "DRIVER" and j.get("status") == "SUCCEEDED" for j in jobs), jobs
 

@@ -58,8 +58,9 @@ def services_env(home: Path, ports: dict[str, int], ray_address: str, ray_dashbo
         # is there for operators and people that submit jobs instead.
         "RAY_ADDRESS": ray_address,
     })
-    if ray_dashboard_url:
+    if ray_dashboard_url:  # the stack's own head (an external cluster's comes with the user's own auth)
         env["RAY_DASHBOARD_URL"] = ray_dashboard_url
+        env = ray_head.own_env(home, env, ports)
     return env
 
 

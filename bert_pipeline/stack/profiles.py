@@ -109,14 +109,17 @@ class DefaultProfile(Profile):
         if airflow_:
             lines.append(f"Airflow  {airflow_['url']}   user admin, password in {airflow_['password_file']}")
         if mlflow and ray:
-            lines.append(_exports(mlflow["url"], ray["address"], own_head=True))
+            lines.append(_exports(home, mlflow["url"], ray["address"], own_head=True))
         return lines
 
 
-def _exports(mlflow_url: str, ray_address: str, own_head: bool) -> str:
-    """The line that points a shell at the stack (a head the stack started is loopback-only, without auth)."""
+def _exports(home: Path, mlflow_url: str, ray_address: str, own_head: bool) -> str:
+    """The line that points a shell at the stack (a head the stack started checks its token; a cluster of the
+    user's, their own authentication)."""
+    auth = ray_head.auth_env(home)
     return (f"From a shell: export MLFLOW_TRACKING_URI={mlflow_url} RAY_ADDRESS={ray_address}"
-            + (" RAY_AUTH_MODE=disabled" if own_head else ""))
+            + (f" RAY_AUTH_MODE={auth['RAY_AUTH_MODE']} RAY_AUTH_TOKEN_PATH={auth['RAY_AUTH_TOKEN_PATH']}"
+               if own_head else ""))
 
 
 class ProductionProfile(Profile):
@@ -202,7 +205,7 @@ class ProductionProfile(Profile):
                          f"home, work dir and TMPDIR under {home / 'workers'})")
         ray_address = records["ray"]["address"] if "ray" in records else options.ray_address
         if "mlflow" in records and ray_address:
-            lines.append(_exports(records["mlflow"]["url"], ray_address, own_head="ray" in records))
+            lines.append(_exports(home, records["mlflow"]["url"], ray_address, own_head="ray" in records))
         return lines
 
 

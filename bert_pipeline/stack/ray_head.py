@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import secrets
 import tempfile
 from pathlib import Path
 
@@ -20,6 +22,36 @@ def _more_logs(record: Record) -> str:
 # Ray's GCS and the `ray start` process itself hang on until SIGKILL (8.4 s against 2.6 s, measured, Ray 2.60).
 SERVICE = Service("ray", port_keys=("ray_gcs", "ray_dashboard"), stop_grace_s=8.0, check_health=http_ok,
                   leader_first=True, more_logs=_more_logs)
+
+
+def auth_token_path(home: Path) -> Path:
+    """The stack head's Ray token (HOME/stack/ray_auth_token, mode 0600): made by the first `up`, then kept."""
+    file = home / "stack" / "ray_auth_token"
+    if not file.is_file():
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_name(f".{file.name}.tmp-{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(32))
+        os.replace(tmp, file)
+    return file
+
+
+def auth_env(home: Path) -> dict[str, str]:
+    """What every process of the head and every client of it needs: Ray 2.60 binds the GCS and the raylets to all
+    interfaces whatever --node-ip-address says (only the dashboard honours --dashboard-host), so the head checks a
+    token (Ray's token authentication), read from a file so that it shows in no environment listing."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(auth_token_path(home))}
+
+
+def own_env(home: Path, env: dict[str, str], ports: dict[str, int]) -> dict[str, str]:
+    """`env` for a process of the stack's own head or a client of it: its token (a user's RAY_AUTH_TOKEN, which
+    Ray would read first, left out) and, for the head, its own address. Ray Train's PlacementGroupCleaner finds
+    "its" cluster by RAY_ADDRESS, else the machine's latest `ray start`: another instance's state API then answers
+    that the run's controller is gone, and the cleaner removes a healthy run's placement group (see
+    evaluation/loopback_cluster.py); the head's raylet passes RAY_ADDRESS on to every worker."""
+    env = {k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN"}
+    return {**env, **auth_env(home), "RAY_ADDRESS": gcs_address(ports)}
 
 
 def dashboard_url(ports: dict[str, int]) -> str:
@@ -56,6 +88,6 @@ def spec(home: Path, ports: dict[str, int], num_cpus: int) -> Record:
                     "--ray-client-server-port", str(client_port),
                     "--dashboard-agent-listen-port", str(agent_port),
                     "--num-cpus", str(num_cpus), "--temp-dir", str(ray_tmp), "--disable-usage-stats"],
-        "env": base_env(home), "url": url, "health_url": f"{url}/api/gcs_healthz",
+        "env": own_env(home, base_env(home), ports), "url": url, "health_url": f"{url}/api/gcs_healthz",
         "log": str(home / "stack" / "ray.log"), "address": gcs_address(ports), "temp_dir": str(ray_tmp),
     }

@@ -55,7 +55,8 @@ def base_env(home: Path) -> dict[str, str]:
     # `airflow standalone` starts its components as `airflow ...` from PATH (FACTS.md).
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     env["BERT_PIPELINE_HOME"] = str(home)
-    env["RAY_AUTH_MODE"] = "disabled"  # loopback-only head; clients must use the same mode (see conftest)
+    # Ray's authentication (RAY_AUTH_MODE, RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH) stays the user's: a cluster of
+    # theirs (--ray-address) checks their token; the stack's own head sets its own (ray_head.auth_env).
     env["PYTHONUNBUFFERED"] = "1"  # log lines reach the log files as they happen
     # What a service prints goes to a file (its log, a task's log), as `bert-pipeline run`'s output goes to the run
     # log: the same settings, unless the user set them. Ray's workers get them from the head's raylet.

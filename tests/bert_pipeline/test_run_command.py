@@ -75,3 +75,22 @@ def test_an_ill_typed_param_is_named_in_one_line(tmp_path):
                            "ParamValidationError: conf: Invalid input for param epochs: 'three' is not of type "
                            "'integer' (log: ")
     assert "\n" not in said  # not jsonschema's report of the Param's whole schema
+
+
+def test_a_runs_local_ray_checks_the_homes_token(tmp_path):
+    """Ray 2.60 binds a local instance's GCS to every interface: `run` (and `demo`) start it with Ray's token
+    authentication, the home's token made 0600, unless RAY_AUTH_MODE is the user's to set (conftest sets it for
+    the test process: left out here, as on a user's machine)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AIRFLOW", "BERT_PIPELINE_HOME", "RAY_ADDRESS", "RAY_AUTH", "MLFLOW"))}
+    home = tmp_path / "home"
+    conf = {"num_steps": 4, "num_workers": 2, "batch_size": 8, "max_seq_length": 32, "dupe_factor": 1}
+    done = subprocess.run([sys.executable, "-m", "bert_pipeline.cli", "run", "bert_pretraining", "--conf",
+                           json.dumps(conf), "--home", str(home)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert any(line.startswith(" ✓ pretrain ") and "4 steps" in line for line in done.stdout.splitlines())
+    token = home / "stack" / "ray_auth_token"
+    assert len(token.read_text()) == 64 and token.stat().st_mode & 0o777 == 0o600
+    log = Path(done.stdout.splitlines()[0].split()[2]).read_text()
+    assert "Missing authorization header" not in log and "Ray Train: 2 worker(s)" in log
