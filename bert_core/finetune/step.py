@@ -304,8 +304,9 @@ def train(cfg: FinetuneConfig, tracker: Tracker, prepared: Prepared,
             ddp_model.train()
             order = np.random.default_rng(cfg.seed + epoch).permutation(n_train)  # the same on every worker
             micro = [order[i:i + cfg.batch_size] for i in range(0, n_train, cfg.batch_size)]
+            # disable=None: drawn on a terminal only (in a task log every redraw was a line at error level).
             bar = tqdm(range(0, len(micro), cfg.accumulate), desc=f"epoch {epoch + 1}/{cfg.epochs}", unit="update",
-                       disable=rank != 0)
+                       disable=True if rank != 0 else None)
             seen, t0, loss_sum = 0, time.perf_counter(), 0.0
             for first in bar:
                 group = micro[first:first + cfg.accumulate]

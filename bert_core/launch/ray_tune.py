@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bert_core import logs
 from bert_core.errors import BertPipelineError
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ def _run_trial(config: dict[str, Any]) -> None:
     # The driver's tracking store, model store and the like: a trial runs in a worker that the raylet started,
     # with the raylet's environment, not the driver's.
     os.environ.update(config["env"])
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure()  # as a Ray Train worker's: under Airflow, below ERROR to stdout (bert_core/logs.py)
     torch.set_num_threads(max(1, int(config["threads"])))
     values = {k: config[k] for k in config["grid_keys"]}
     name = trial_name(values)
