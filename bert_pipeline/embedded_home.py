@@ -82,6 +82,13 @@ def stack_tracking_uri(root: Path) -> str | None:
     server's own store, with no experiment whose artifacts only the server can reach. An error otherwise."""
     record = Stack(root).load().services.get("mlflow")
     if record is None:
+        # No stack (any more): a store its server made experiments in still needs that server for their artifacts.
+        served = server_only_experiment(root / "mlflow.db")
+        if served:
+            raise BertPipelineError(f"sqlite:///{root / 'mlflow.db'}: experiment {served[0]!r} keeps its artifacts "
+                                    f"through the MLflow server of a stack ({served[1]}), which the sqlite store "
+                                    f"cannot reach: start it with `bert-pipeline stack up --home {root}`, or set "
+                                    f"{TRACKING_URI_ENV} to the MLflow store to use")
         return None
     healthy, reason = http_ok(record)
     if healthy:

@@ -145,6 +145,11 @@ def test_with_the_stacks_server_down_sqlite_is_used_only_where_safe(mlflow_stack
     said = str(refused.value)
     assert "MLflow server of the stack on" in said and f"`bert-pipeline stack up --home {used}`" in said
     assert "'bert-pretrain' at mlflow-artifacts:/" in said and "MLFLOW_TRACKING_URI" in said
+    # ... and the same after `stack down`, which forgets the stack: the store still needs its server.
+    (used / "stack" / "state.json").unlink()
+    with pytest.raises(BertPipelineError, match=r"experiment 'bert-pretrain' keeps its artifacts through the "
+                                                rf"MLflow server of a stack .*stack up --home {used}`"):
+        embedded_home.use_stack_mlflow(used)
 
     # Its process runs but does not answer (here: this test's own process stands for it).
     hung = tmp_path / "hung"
