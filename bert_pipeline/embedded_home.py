@@ -51,7 +51,7 @@ def setup_home(home: str | os.PathLike | None = None, serialize: bool = True) ->
     os.environ["AIRFLOW_HOME"] = str(root / "airflow")
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(pipelines_dir())
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-    if "RAY_AUTH_MODE" not in os.environ:
+    if not os.environ.get("RAY_AUTH_MODE"):
         # The run's local Ray listens on every interface (Ray 2.60 binds its GCS and raylet so): it checks the
         # home's token, as the stack's head does (docs/stack.md). RAY_AUTH_MODE set by the user is theirs.
         os.environ.update(ray_head.auth_env(root))

@@ -67,15 +67,20 @@ def _copy_store(database: Path, to: Path) -> None:
 @pytest.fixture(autouse=True)
 def _own_environment(monkeypatch):
     """The variables the commands set are restored after each test, and no tracking URI comes from outside."""
+    from mlflow.tracking._model_registry import utils as registry_utils
     from mlflow.tracking._tracking_service import utils
 
-    for name in ("MLFLOW_TRACKING_URI", "BERT_PIPELINE_HOME", "AIRFLOW_HOME", "AIRFLOW__CORE__DAGS_FOLDER",
-                 "AIRFLOW__CORE__LOAD_EXAMPLES"):
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "BERT_PIPELINE_HOME", "AIRFLOW_HOME",
+                 "AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__CORE__LOAD_EXAMPLES"):
         monkeypatch.setenv(name, os.environ.get(name, ""))  # remembered as it was, so restored afterwards
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    monkeypatch.delenv("MLFLOW_REGISTRY_URI")
     monkeypatch.delenv("BERT_PIPELINE_HOME")
     monkeypatch.setattr(embedded_home, "_stack_uri_set", None)
     monkeypatch.setattr(utils, "_tracking_uri", utils._tracking_uri)  # mlflow.set_tracking_uri's global
+    # mlflow.set_registry_uri's global and its export: left pointing at this module's server (stopped at its end),
+    # every later registry call of the test process hung in HTTP retries (test_registry, in the full suite).
+    monkeypatch.setattr(registry_utils, "_registry_uri", registry_utils._registry_uri)
 
 
 def _server_experiment(url: str, name: str = "bert-pretrain") -> str:
