@@ -65,6 +65,7 @@ def ui_lines(home: Path, tracking_uri: str) -> list[str]:
     """Where to see the run: the servers of the stack up on the home, else how to start them. A server's URL is
     its own UI; `mlflow ui` is only for a store (the embedded sqlite file)."""
     from bert_pipeline.embedded_home import stack_airflow_url
+    from bert_pipeline.stack.state import DEFAULT_PORTS
 
     if tracking_uri.startswith(("http://", "https://")):
         mlflow = f"MLflow UI:  {tracking_uri}"
@@ -73,7 +74,8 @@ def ui_lines(home: Path, tracking_uri: str) -> list[str]:
     if stack_airflow_url(home):
         return [mlflow, airflow_ui_line(home)]
     return [mlflow, f"Airflow UI, MLflow server and a Ray head together: bert-pipeline stack up --home {home}   "
-                    "(then http://127.0.0.1:8080; `bert-pipeline stack down --home ...` stops them)"]
+                    f"(then http://127.0.0.1:{DEFAULT_PORTS['airflow']}; `bert-pipeline stack down --home ...` "
+                    "stops them)"]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -72,8 +72,10 @@ def airflow_ui_line(home: Path) -> str:
     """Where this home's runs show in the Airflow UI: the stack's, when one is up on the home (on its own port),
     else the command that starts one."""
     from bert_pipeline.embedded_home import stack_airflow_url
+    from bert_pipeline.stack.state import DEFAULT_PORTS
 
     url = stack_airflow_url(home)
     if url:
         return f"Airflow UI on this home: {url}   (the stack up on {home})"
-    return f"Airflow UI on this home: bert-pipeline stack up --home {home}   (then http://127.0.0.1:8080)"
+    return (f"Airflow UI on this home: bert-pipeline stack up --home {home}   "
+            f"(then http://127.0.0.1:{DEFAULT_PORTS['airflow']})")
