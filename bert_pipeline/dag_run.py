@@ -170,24 +170,19 @@ def _write_record(result: DagRunResult) -> None:
 
 
 def _report(result: DagRunResult) -> str | None:
-    """The run's report.html (bert_pipeline/report), built from its work dir whatever the run's outcome (a failed
-    run's report shows how far it got); returns the line that says where it is, or why there is none. Built while
-    the run's output still goes to its log, so the report's own messages land there too."""
-    work = (result.conf.get("work_dir") or "").strip()
-    if not work:
+    """The line that says where the run's report.html is, or why there is none. The DAG's own `report` task
+    (operators/report/task.py) built it, whatever the run's outcome; None for a DAG without one."""
+    from operators.report.task import TASK_ID
+
+    task = next((t for t in result.tasks if t.task_id == TASK_ID), None)
+    if task is None:
         return None
-    from bert_pipeline.report.build import from_run_dir
-    from operators.airflow_tasks import s3_credentials_from_connection
-
-    try:
-        with s3_credentials_from_connection():  # an s3:// work dir, read with the credentials the tasks had
-            built = from_run_dir(work)
-    except Exception as exc:  # noqa: BLE001  (the run's outcome stands; the traceback is in the log)
-        import traceback
-
-        traceback.print_exc()
-        return f"No report: {type(exc).__name__}: {exc} (log: {result.log_path})"
-    return f"Report (open it in a browser): {built.path}"
+    built = next((v for v in task.values if isinstance(v, dict) and v.get("report")), None)
+    if task.state == "success" and built:
+        return f"Report (open it in a browser): {built['report']}"
+    # Its failure leaves the run's outcome alone (a teardown), so the failure excerpt does not show it: said here.
+    return (f"No report: the {TASK_ID} task ended {task.state} (its part of {result.log_path} says why; "
+            "`bert-pipeline report WORK_DIR` builds it again)")
 
 
 def _ray_initialized() -> bool:

@@ -135,6 +135,8 @@ SHAPES: list[tuple[Callable[[Any], bool], Callable[[Any], str]]] = [
      lambda v: f"{v['instances']:,} instances: all expectations met"),
     (lambda v: isinstance(v, dict) and {"status", "regressions"} <= v.keys(), _nightly_result),
     (lambda v: isinstance(v, dict) and "work_dir" in v, lambda v: f"outputs under {v['work_dir']}"),
+    (lambda v: isinstance(v, dict) and "report" in v and "mlflow_run_id" in v,
+     lambda v: "report.html" + (", logged to MLflow (bert-runs)" if v["mlflow_run_id"] else "")),
     (lambda v: isinstance(v, dict) and v and all(str(k).startswith(SPEED_KEYS) for k in v), _speed),
     (lambda v: isinstance(v, list) and v and all(isinstance(x, dict) and "task" in x for x in v),
      lambda v: f"{_plural(len(v), 'task')}: {', '.join(x['task'] for x in v)}"),

@@ -1,7 +1,7 @@
 """What each DAG task did and when, recorded by the task itself: one small JSON per task try in its run's work
 directory, `<run dir>/tasks/<task_id>[-<map_index>].try<N>.json`, written (atomically) when the try ends.
 
-The run report (bert_pipeline/report) draws its timeline from these records, so it needs neither Airflow's
+The run report (operators/report) draws its timeline from these records, so it needs neither Airflow's
 metadata database nor the scheduler that ran the tasks: a run's directory (local or s3://) says what ran, how
 long, and what failed. @bert_task (operators.airflow_tasks) wraps every task in `recorded()`.
 """
@@ -71,16 +71,24 @@ def tracking_uri_to_record() -> str:
     return uri
 
 
+def context_run_dir(context: Any) -> str:
+    """The work directory of the running task's DAG run (a KeyError for a DAG outside this project). From the
+    run's params, as the plan task chose it, so that a run whose plan failed still has one."""
+    from operators.locations import run_dir
+
+    ti = context["ti"]
+    return run_dir(ti.dag_id, dict(context.get("params") or {}), ti.run_id)
+
+
 def write_record(context: Any, started_at: str, duration_s: float, state: str, error: str | None = None) -> str | None:
     """Write one task try's record; returns its location, or None for a DAG outside this project. Never raises:
     a record that cannot be written (e.g. the run directory is unreachable) is a warning, never the task's
     failure, and never hides the task's own error."""
     from bert_core.io import storage
-    from operators.locations import run_dir
 
     ti = context["ti"]
     try:
-        directory = run_dir(ti.dag_id, dict(context.get("params") or {}), ti.run_id)
+        directory = context_run_dir(context)
     except KeyError:
         return None
     except Exception as exc:  # noqa: BLE001 - the run dir's own problem is the task's to report, not ours

@@ -3,7 +3,8 @@
 raw text -> segment -> make-shards (a tenth of the documents held out) -> validate-shards -> pretrain a tiny
 BERT (Ray Train, 2 workers), scored on the held-out documents -> register + promote `bert-pretrained` (only
 when clearly above chance); and the MiniLM checkpoint -> fine-tune on SST-2 / SQuAD -> evaluate
--> register `bert-<task>` -> promote (alias `champion` moves only when the gates pass) -> summary.
+-> register `bert-<task>` -> promote (alias `champion` moves only when the gates pass) -> summary -> the run's
+report.html (operators/report/task.py: whatever the outcome, in the work dir and the MLflow experiment bert-runs).
 Run it with `bert-pipeline demo`, or trigger it from the Airflow UI (every setting is a Param).
 """
 
@@ -21,6 +22,7 @@ from operators import tasks as ops
 from operators.airflow_tasks import bert_task
 from operators.params import config_params, in_sections, section
 from operators.plan_demo import FINETUNE, PRETRAIN, SQUAD, DemoPlan, DemoValues
+from operators.report import task as report_task
 
 # The demo's own values, sized for the bundled tiny data (short sentences, small SQuAD contexts) so that it
 # finishes in minutes; everything else is the library's default. Each is a Param generated from its config
@@ -118,7 +120,7 @@ def bert_demo():
             evaluate.override(task_id=f"evaluate_{name}")(finetuned), p)
         for name, finetuned in (("sst2", sst2), ("squad", squad))
     ]
-    summary([pretrained, *promoted], p)
+    report_task.after(summary([pretrained, *promoted], p))
 
 
 bert_demo()

@@ -1,5 +1,6 @@
 """bert_finetune: fine-tune one model on several tasks at once (dynamic task mapping, one mapped task per
-task), then evaluate -> register `bert-<task>` -> promote (alias `champion` moves only when the gates pass).
+task), then evaluate -> register `bert-<task>` -> promote (alias `champion` moves only when the gates pass)
+-> the run's report.html (whatever the outcome).
 
 Per task: the form's settings, a named preset's values for the task (gluonnlp, bert-paper), then `overrides`;
 optionally a hyperparameter search on Ray Tune whose best trial is the one evaluated and registered. The plan
@@ -18,6 +19,7 @@ from operators import tasks as ops
 from operators.airflow_tasks import bert_task
 from operators.params import config_params, in_sections, section
 from operators.plan_finetune import FinetuneTaskPlan
+from operators.report import task as report_task
 
 # The fine-tuning settings are Params generated from FinetuneConfig's fields (same defaults, choices and help
 # as `bert-pipeline finetune`); the DAG's own defaults, sized for the bundled demo data, are these.
@@ -95,7 +97,7 @@ def bert_finetune():
 
     specs = plan()
     reports = register_and_promote.expand(evaluated=evaluate.expand(finetuned=finetune.expand(spec=specs)))
-    summary(reports, specs)
+    report_task.after(summary(reports, specs))
 
 
 bert_finetune()

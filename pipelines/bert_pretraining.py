@@ -2,7 +2,7 @@
 share of the documents goes to evaluation shards) -> validate-shards (mapped) -> pretrain (Ray Train; local Ray
 unless RAY_ADDRESS; the phases in order, each from the previous one's weights), scored on the held-out shards ->
 register a new `bert-pretrained` version -> promote it to `champion` only when its held-out masked-LM accuracy
-is clearly above chance and no worse than the champion's."""
+is clearly above chance and no worse than the champion's -> the run's report.html (whatever the outcome)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from operators import tasks as ops
 from operators.airflow_tasks import bert_task
 from operators.params import config_params, in_sections, section
 from operators.plan_pretraining import PhasePlan, PretrainingPlan
+from operators.report import task as report_task
 
 # Every setting of a production run is a Param, generated from the library's config fields (same default,
 # type, choices and help as the CLI): make-shards' masking, and pretrain's model, optimization, precision,
@@ -109,7 +110,7 @@ def bert_pretraining():
     shards = make_shards.partial(plan=p).expand(segmented_file=segmented, phase=planned_phases)
     heldout = make_heldout_shards.partial(segmented_files=segmented, plan=p).expand(phase=planned_phases)
     pretrained = pretrain(validate_shards.expand(shards=shards), heldout, segmented, p)
-    register_and_promote(pretrained, p)
+    report_task.after(register_and_promote(pretrained, p))
 
 
 bert_pretraining()

@@ -154,6 +154,21 @@ def _when_and_where(tis: list[dict]) -> str:
                      f"{t['start_date']} - {t['end_date']}" for t in tis)
 
 
+def _has_its_report(api, client, dag_id: str, run_id: str, work: str, mlflow_url: str) -> None:
+    """A run triggered over REST built its own report.html (its `report` task, on a worker): on S3 in its work
+    dir, and in the MLflow experiment bert-runs, whose page the task's log names."""
+    (task,) = _by_task(api.task_instances(dag_id, run_id))["report"]
+    assert task["state"] == "success" and task["hostname"] in WORKERS, task
+    html = storage.read_text(f"{work}/report.html")
+    assert "<img" in html and run_id in html
+    (logged,) = client.search_runs([client.get_experiment_by_name("bert-runs").experiment_id],
+                                   filter_string=f"tags.run_dir = '{work}'")
+    assert logged.data.tags["pipeline_run_id"] == run_id and logged.data.tags["dag_id"] == dag_id
+    assert {a.path for a in client.list_artifacts(logged.info.run_id)} == {"report.html", "report_data.json"}
+    page = f"{mlflow_url}/#/experiments/{logged.info.experiment_id}/runs/{logged.info.run_id}"
+    assert page in api.task_log(dag_id, run_id, "report")
+
+
 def test_the_dags_end_to_end_on_the_production_stack(production, tmp_path):
     import mlflow
 
@@ -207,6 +222,7 @@ def test_the_dags_end_to_end_on_the_production_stack(production, tmp_path):
         assert manifest.read(f"{work}/shards-heldout/{phase}")["config"]["max_seq_length"] == seq
     assert final["config"]["pretrained"] == f"{work}/pretrained/phase1"  # the second phase from the first's weights
     (pretrained,) = [v for v in client.search_model_versions("name='bert-pretrained'") if v.tags["output"] == last]
+    _has_its_report(api, client, "bert_pretraining", run_id, work, stack.mlflow_url)
 
     # --- bert_finetune: two tasks at once on the two workers, sst-2 with a search of two learning rates.
     cluster.add_worker("node_c")  # the lost node's replacement joins (a spot node coming back)
@@ -258,6 +274,8 @@ def test_the_dags_end_to_end_on_the_production_stack(production, tmp_path):
     # The registered models' files are in the S3 artifact store, not on this machine.
     stored = storage.list_files(f"{ARTIFACTS}/mlflow")
     assert sum(name.endswith("MLmodel") for name in stored) >= 3  # two trials and squad (+ bert-pretrained)
+
+    _has_its_report(api, client, "bert_finetune", run_id, finetune, stack.mlflow_url)
 
     # --- bert_nightly_regression over the champions, its report on S3.
     nightly = f"{WORK}/nightly"

@@ -1,4 +1,4 @@
-"""`bert-pipeline report RUN_DIR_OR_MLFLOW_RUN`: build a DAG run's report.html (bert_pipeline/report) again.
+"""`bert-pipeline report RUN_DIR_OR_MLFLOW_RUN`: build a DAG run's report.html (operators/report) again.
 
 From a run's work directory (local or s3://) the records are gathered afresh: its steps' manifests and metrics,
 the registry's decisions, the tasks' records, and the curves from MLflow. From an MLflow run (the DAG run's run in
@@ -38,8 +38,8 @@ def _names_its_store(args: argparse.Namespace) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from bert_pipeline.embedded_home import use_stack_mlflow
-    from bert_pipeline.report.build import build
     from bert_pipeline.stack.state import stack_home
+    from operators.report.build import build
 
     if not _names_its_store(args):
         # The home's MLflow is the stack's server while one is up there: what it logged, only it can serve.
@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         built = build(args.source, args.tracking_uri, args.output, args.log_to_mlflow)
     print(f"Report: {built.path}")
-    if built.mlflow_run_id:
-        print(f"Logged to MLflow run {built.mlflow_run_id} (experiment bert-runs)")
+    if built.mlflow:
+        print(f"Logged to MLflow run {built.mlflow.run_id} (experiment bert-runs)"
+              + (f": {built.mlflow.page}" if built.mlflow.page else ""))
     return 0

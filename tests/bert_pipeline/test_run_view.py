@@ -107,6 +107,9 @@ def test_key_figures_from_return_values(tmp_path):
     assert figure([_shards(tmp_path / "b", 20), _shards(tmp_path / "c", 22)]) == "2 shards, 42 instances"
     assert describe("s3://bucket/run/shards") == "s3://bucket/run/shards"  # named, never fetched
     assert describe(object()) == ""
+    assert describe({"report": "/w/report.html", "mlflow_run_id": "a" * 32, "mlflow_page": None}) == (
+        "report.html, logged to MLflow (bert-runs)")
+    assert describe({"report": "/w/report.html", "mlflow_run_id": None, "mlflow_page": None}) == "report.html"
     # The nightly's speed tasks: tokens/s per model and mode, the pretraining step and the time to accuracy.
     assert describe({"throughput/bert_6_384_12/infer": 1.234}) == "ours / transformers: bert_6_384_12/infer 1.23x"
     assert figure([{"throughput/pretrain_step/bert_2_128_2": 8.404, "time_to_accuracy/bert_2_128_2": 29.19}]) == (

@@ -269,9 +269,9 @@ def test_report_of_a_stack_run_from_its_directory_and_from_mlflow(mlflow_stack, 
     from mlflow import MlflowClient
 
     from bert_pipeline.cli import main
-    from bert_pipeline.report.collect import collect
-    from bert_pipeline.report.publish import records_from_mlflow
-    from bert_pipeline.report.render import render
+    from operators.report.collect import collect
+    from operators.report.publish import records_from_mlflow
+    from operators.report.render import render
 
     home, url = mlflow_stack
     version = _registered_model(url, "bert-sst-2")

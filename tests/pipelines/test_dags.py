@@ -58,11 +58,12 @@ def test_demo_dag_shape(dagbag):
         "plan", "segment", "make_shards", "make_heldout_shards", "validate_shards", "pretrain",
         "register_and_promote_pretrained",
         "finetune_sst2", "finetune_squad", "evaluate_sst2", "evaluate_squad", "register_and_promote_sst2",
-        "register_and_promote_squad", "summary",
+        "register_and_promote_squad", "summary", "report",
     }
     chain = [("segment", "make_shards"), ("make_shards", "validate_shards"), ("validate_shards", "pretrain"),
              ("segment", "make_heldout_shards"), ("make_heldout_shards", "pretrain"),
-             ("pretrain", "register_and_promote_pretrained"), ("register_and_promote_pretrained", "summary")]
+             ("pretrain", "register_and_promote_pretrained"), ("register_and_promote_pretrained", "summary"),
+             ("summary", "report")]
     for name in ("sst2", "squad"):
         chain += [(f"finetune_{name}", f"evaluate_{name}"),
                   (f"evaluate_{name}", f"register_and_promote_{name}"), (f"register_and_promote_{name}", "summary")]
@@ -75,12 +76,23 @@ def test_demo_dag_shape(dagbag):
                                                          "register_and_promote_pretrained", "register_and_promote_sst2",
                                                          "register_and_promote_squad", "summary")}
     assert dag.params["pretrain_num_workers"] == 2
+    _ends_with_the_report(dag, "summary")
+
+
+def _ends_with_the_report(dag, last: str) -> None:
+    """The run's report is a teardown of the DAG's last task: it runs whatever their outcome, and is left out of
+    the DAG run's state (a report that fails does not fail a run whose work succeeded)."""
+    report = dag.get_task("report")
+    assert report.is_teardown and report.upstream_task_ids == {last} and not report.downstream_task_ids
+    assert report.trigger_rule == "all_done_setup_success" and not report.on_failure_fail_dagrun
+    assert report.retries == 0
 
 
 def test_finetune_dag_maps_over_tasks(dagbag):
     dag = dagbag.dags["bert_finetune"]
     assert _edges(dag) == {("plan", "finetune"), ("finetune", "evaluate"), ("evaluate", "register_and_promote"),
-                           ("register_and_promote", "summary"), ("plan", "summary")}
+                           ("register_and_promote", "summary"), ("plan", "summary"), ("summary", "report")}
+    _ends_with_the_report(dag, "summary")
     mapped = {t.task_id for t in dag.tasks if t.is_mapped}
     assert mapped == {"finetune", "evaluate", "register_and_promote"}
     assert set(dag.params["tasks"]) == {"sst-2", "squad"}
@@ -103,8 +115,9 @@ def test_pretraining_dag_maps_make_shards_over_input_files_and_phases(dagbag):
     chain = {("segment", "make_shards"), ("make_shards", "validate_shards"), ("validate_shards", "pretrain"),
              ("segment", "make_heldout_shards"), ("make_heldout_shards", "pretrain"),
              ("pretrain", "register_and_promote"), ("phases", "make_shards"), ("phases", "make_heldout_shards"),
-             ("segment", "pretrain")}
+             ("segment", "pretrain"), ("register_and_promote", "report")}
     edges = _edges(dag)
+    _ends_with_the_report(dag, "register_and_promote")
     assert chain <= edges and {e for e in edges if e[0] != "plan"} == chain
     assert {t.task_id for t in dag.tasks if t.is_mapped} == {"make_shards", "make_heldout_shards", "validate_shards"}
     assert dag.params["phases"] == []  # one phase unless the conf lists them

@@ -14,13 +14,14 @@ import json
 import logging
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bert_core.errors import BertPipelineError
 from bert_core.io import storage
-from bert_pipeline.report import DATA_FILE, REPORT_FILE
-from bert_pipeline.report.collect import FORMAT, mlflow_client
+from operators.report import DATA_FILE, REPORT_FILE
+from operators.report.collect import FORMAT, mlflow_client
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +53,21 @@ def _find_run(client, experiment_id: str, run_dir: str):
     return runs[0] if runs else None
 
 
-def log_to_mlflow(records: dict[str, Any], html: str) -> str:
-    """Log report.html and its records into the DAG run's report run (created the first time); returns its id."""
+@dataclass(frozen=True)
+class Logged:
+    run_id: str  # the DAG run's report run in REPORT_EXPERIMENT
+    page: str | None  # its page in the MLflow UI, where the store is a server (http/https)
+
+
+def ui_page(tracking_uri: str, experiment_id: str, run_id: str) -> str | None:
+    """The MLflow UI address of a run, where the store is an MLflow server; None for a file or database store."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return None
+    return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
+def log_to_mlflow(records: dict[str, Any], html: str) -> Logged:
+    """Log report.html and its records into the DAG run's report run (created the first time)."""
     from bert_core.io.tracking import ensure_experiment, git_sha
 
     uri = records["tracking_uri"]
@@ -83,7 +97,7 @@ def log_to_mlflow(records: dict[str, Any], html: str) -> str:
             except Exception as exc:  # noqa: BLE001 - a step run from another store: the report itself is logged
                 log.warning("could not tag MLflow run %s with its report run: %s", step_run, exc)
     log.info("report logged to MLflow run %s (experiment %s) at %s", run_id, REPORT_EXPERIMENT, uri)
-    return run_id
+    return Logged(run_id, ui_page(uri, experiment_id, run_id))
 
 
 def _step_runs(records: dict[str, Any]) -> list[str]:

@@ -12,11 +12,11 @@ from html.parser import HTMLParser
 import pytest
 
 from bert_core.errors import BertPipelineError
-from bert_pipeline.report import collect as collecting
-from bert_pipeline.report import plots
-from bert_pipeline.report.collect import collect
-from bert_pipeline.report.publish import mlflow_run_id
-from bert_pipeline.report.render import SECTIONS, render
+from operators.report import collect as collecting
+from operators.report import plots
+from operators.report.collect import collect
+from operators.report.publish import mlflow_run_id
+from operators.report.render import SECTIONS, render
 
 RUN = "manual__2026-11-24T10:00:00+00:00"
 EXAMPLE = {"dataframe_split": {"columns": ["text"], "data": [["it's a wonderful film"]]}}

@@ -12,7 +12,7 @@ from itertools import groupby
 from typing import Any
 
 from bert_core.pretrain.learning_watch import CHANCE_MARGIN
-from bert_pipeline.report import plots
+from operators.report import plots
 
 SECTIONS = {"models": "Models: the registry's decisions", "pretraining": "Pretraining",
             "finetuning": "Fine-tuning", "timeline": "Task timeline", "serving": "Serving the promoted models"}

@@ -6,15 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bert_core.io import storage
-from bert_pipeline.report import REPORT_FILE, publish
-from bert_pipeline.report.collect import collect
-from bert_pipeline.report.render import render
+from operators.report import REPORT_FILE, publish
+from operators.report.collect import collect
+from operators.report.render import render
 
 
 @dataclass(frozen=True)
 class Built:
     path: str  # where report.html was written
-    mlflow_run_id: str | None  # the DAG run's report run, when logged
+    mlflow: publish.Logged | None  # the DAG run's report run, when logged
 
 
 def from_run_dir(run_dir: str, tracking_uri: str | None = None, output: str | None = None,
