@@ -9,11 +9,16 @@ malformed GCS address; ours says what to do instead.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from typing import Any
 
 from bert_core.errors import BertPipelineError
+
+log = logging.getLogger(__name__)
+
+API_SERVER_ENV = "RAY_API_SERVER_ADDRESS"  # Ray's state API and job client read it before RAY_ADDRESS
 
 # Environment the workers need from the driver. Ray starts workers from the raylet, not from the driver,
 # so nothing of the driver's is inherited (on a cluster, or on a Ray head started by other means, such as
@@ -94,8 +99,41 @@ def connect(local_cpus: int | None = None, **init_kwargs: Any) -> None:
     address = cluster_address()
     if address:
         wait_for_head(address)
-    ray.init(address=address or "local", num_cpus=None if address else local_cpus, **init_kwargs)
-    _local_instance = None if address else ray.get_runtime_context().gcs_address
+        ray.init(address=address, **init_kwargs)
+        _local_instance = None
+        return
+    _start_local(local_cpus, **init_kwargs)
+    _local_instance = ray.get_runtime_context().gcs_address
+
+
+def _start_local(local_cpus: int | None, **init_kwargs: Any) -> None:
+    """A fresh local Ray whose processes know it as theirs. Ray's state API, which Ray Train's placement-group
+    cleaner calls from its own worker, finds "its" cluster by looking around the machine (RAY_ADDRESS, else
+    /tmp/ray's last cluster file, else the GCS processes it sees): with another Ray on the machine, or a stale
+    file, it asked another cluster whether this run's controller was alive (a hung GCS client, "Failed to stop
+    PlacementGroupCleaner gracefully" and a 12 s wait at the end of every run here; an answer of "dead" from
+    the wrong cluster would remove a healthy run's placement group). RAY_API_SERVER_ADDRESS, set while ray.init
+    starts the raylet (whose environment every worker inherits), names this instance's own dashboard, the
+    state API's server, at a port chosen here."""
+    import ray
+
+    from bert_core.launch.ports import free_ports
+
+    port = init_kwargs.pop("dashboard_port", None) or free_ports(1)[0]
+    url = f"http://127.0.0.1:{port}"
+    before = os.environ.get(API_SERVER_ENV)
+    os.environ[API_SERVER_ENV] = url
+    try:
+        context = ray.init(address="local", num_cpus=local_cpus, dashboard_port=port, **init_kwargs)
+    finally:  # the driver's own environment as it was: a later cluster must not be mistaken for this one
+        if before is None:
+            os.environ.pop(API_SERVER_ENV, None)
+        else:
+            os.environ[API_SERVER_ENV] = before
+    served = getattr(context, "dashboard_url", None)
+    if served and served.removeprefix("http://") != url.removeprefix("http://"):
+        log.warning("the local Ray's dashboard is at %s, not %s: Ray Train's cleanup may look for this cluster "
+                    "elsewhere", served, url)
 
 
 def on_local_instance() -> bool:

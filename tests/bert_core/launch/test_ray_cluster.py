@@ -1,4 +1,5 @@
-"""RAY_ADDRESS as a job server URL: the CLI's Ray steps refuse it up front, saying what to do instead."""
+"""Joining Ray: RAY_ADDRESS as a job server URL is refused up front, saying what to do instead; a head that is not
+there fails in seconds; a local instance's workers find their own cluster (Ray's state API), not a stale one."""
 
 from __future__ import annotations
 
@@ -78,3 +79,60 @@ def test_joining_a_head_that_is_not_there_fails_in_seconds_naming_it():
     assert done.stdout.strip() == f"RAY_ADDRESS={address}: no Ray head answers there (Connection refused); " \
                                   "is the cluster up?"
     assert time.monotonic() - began < 60
+
+
+LOCAL_INSTANCE_PROBE = """
+import json, os, sys
+import ray
+from bert_core.launch import ray_cluster
+
+ray_cluster.connect(local_cpus=1)
+
+@ray.remote(num_cpus=0)
+class Probe:
+    def ready(self):
+        return True
+
+@ray.remote(num_cpus=0)
+def state_api_from_a_worker():
+    # What Ray Train's placement-group cleaner does from its worker: ask the state API whether an actor is alive.
+    from ray.util.state import list_actors
+    found = list_actors(filters=[("class_name", "=", "Probe")], timeout=30)
+    return os.environ.get("RAY_API_SERVER_ADDRESS"), [a.state for a in found]
+
+probe = Probe.remote()
+ray.get(probe.ready.remote())
+server, states = ray.get(state_api_from_a_worker.remote(), timeout=90)
+print(json.dumps({"server": server, "states": states, "dashboard": ray.get_runtime_context().gcs_address and
+                  ray._private.worker._global_node.webui_url,
+                  "driver_env": os.environ.get("RAY_API_SERVER_ADDRESS")}))
+"""
+
+
+def test_a_local_instance_s_workers_find_their_own_cluster_past_a_stale_address_file():
+    """Ray's state API, which Ray Train's placement-group cleaner calls from a worker, looks for "its" cluster
+    around the machine: RAY_ADDRESS, else the last cluster file in Ray's temp dir, else the GCS processes it
+    sees. A stale file (a cluster long gone) made every local run's cleaner ask a dead address (a 12 s hang and a
+    traceback at the end of each run), and another Ray on the machine could have answered for this one. The local
+    instance connect() starts names its own dashboard to its workers (RAY_API_SERVER_ADDRESS)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from bert_core.launch.ports import free_ports
+
+    # A short temp dir: Ray's socket paths under it must fit in 107 bytes.
+    with tempfile.TemporaryDirectory(prefix="rt", dir="/tmp") as temp:
+        os.makedirs(f"{temp}/ray")
+        with open(f"{temp}/ray/ray_current_cluster", "w") as f:
+            f.write(f"127.0.0.1:{free_ports()[0]}")  # nothing listens there
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "RAY_API_SERVER"))}
+        done = subprocess.run([sys.executable, "-c", LOCAL_INSTANCE_PROBE], capture_output=True, text=True,
+                              timeout=240, env={**env, "RAY_TMPDIR": temp})
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["states"] == ["ALIVE"]
+    assert seen["server"].removeprefix("http://") == seen["dashboard"].removeprefix("http://")
+    assert seen["driver_env"] is None  # the driver's own environment is left as it was
