@@ -20,6 +20,9 @@ def test_every_dag_task_retries_with_backoff():
     assert len(dags) >= 4
     for dag_id, dag in dags.items():
         for t in dag.tasks:
+            if t.task_id == "report":  # the run's report: built again by `bert-pipeline report`, not retried
+                assert t.retries == 0 and t.is_teardown, dag_id
+                continue
             assert t.retries == RETRY_POLICY["retries"], (dag_id, t.task_id)
             assert t.retry_exponential_backoff == RETRY_POLICY["retry_exponential_backoff"], (dag_id, t.task_id)
 
