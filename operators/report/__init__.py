@@ -12,3 +12,4 @@ together for `bert-pipeline report` and `bert-pipeline demo`.
 
 REPORT_FILE = "report.html"
 DATA_FILE = "report_data.json"
+TASK_ID = "report"  # the DAGs' report task (task.py): a teardown, no part of the run's outcome

@@ -12,7 +12,7 @@ from itertools import groupby
 from typing import Any
 
 from bert_core.pretrain.learning_watch import CHANCE_MARGIN
-from operators.report import plots
+from operators.report import TASK_ID, plots
 
 SECTIONS = {"models": "Models: the registry's decisions", "pretraining": "Pretraining",
             "finetuning": "Fine-tuning", "timeline": "Task timeline", "serving": "Serving the promoted models"}
@@ -35,6 +35,7 @@ th { background: #f2f5f8; } td.num { text-align: right; font-variant-numeric: ta
 .good { background: #2a7f3f; } .bad { background: #c0392b; } .neutral { background: #6b7785; }
 .ok { color: #2a7f3f; } .fail { color: #c0392b; font-weight: 600; }
 .note { background: #fff7e0; border-left: 4px solid #e0a800; padding: 6px 10px; margin: 0.6em 0; }
+.note.failed { background: #fdecea; border-left-color: #c0392b; }
 .card { border: 1px solid #dde3ea; border-radius: 6px; padding: 4px 16px 8px; margin: 12px 0; }
 img { max-width: 100%; height: auto; border: 1px solid #eef1f4; }
 pre { background: #f5f7f9; border: 1px solid #dde3ea; padding: 8px 12px; white-space: pre-wrap; font-size: 0.85em; }
@@ -100,7 +101,35 @@ def _overview(records: dict[str, Any]) -> str:
     lines.append(f"Run directory: <code>{_e(records['run_dir'])}</code>")
     lines.append(f"MLflow: <code>{_e(records['tracking_uri'])}</code>; report built "
                  f"{_e(records.get('collected_at', ''))}")
-    return "".join(f'<p class="meta">{line}</p>' for line in lines)
+    return "".join(f'<p class="meta">{line}</p>' for line in lines) + _failure(tasks)
+
+
+def failed_for_good(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tasks whose last recorded try did not succeed: why the run failed (a try retried with success is not;
+    nor the report task of an earlier build, a teardown left out of the run's outcome)."""
+    last: dict[tuple, dict[str, Any]] = {}
+    for t in tasks:
+        if t.get("task_id") == TASK_ID:
+            continue
+        key = (t.get("task_id"), t.get("map_index", -1))
+        if key not in last or (t.get("try_number") or 0) >= (last[key].get("try_number") or 0):
+            last[key] = t
+    return [t for t in last.values() if t.get("state") != "success"]
+
+
+def _failure(tasks: list[dict[str, Any]]) -> str:
+    """A failed run says so first, naming each task that failed and its error: the sections below are empty or
+    partial because of it (the tasks after it never ran)."""
+    failed = failed_for_good(tasks)
+    if not failed:
+        return ""
+    items = "".join(f"<li>{_e(plots.task_label(t))}: {_e(t.get('error') or t.get('state'))}</li>" for t in failed)
+    if len(failed) == 1:
+        return (f'<div class="note failed"><b>This run failed: {_e(plots.task_label(failed[0]))}: '
+                f"{_e(failed[0].get('error') or failed[0].get('state'))}</b>. The tasks after it did not run; "
+                "what they would have made is missing below.</div>")
+    return (f'<div class="note failed"><b>This run failed</b>: {len(failed)} tasks failed. The tasks after them '
+            f"did not run; what they would have made is missing below.<ul>{items}</ul></div>")
 
 
 def _duration(seconds: float) -> str:

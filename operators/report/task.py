@@ -15,10 +15,9 @@ import logging
 from typing import Any
 
 from operators.airflow_tasks import bert_task
+from operators.report import TASK_ID
 
 log = logging.getLogger(__name__)
-
-TASK_ID = "report"
 
 
 @bert_task(task_id=TASK_ID, retries=0)

@@ -215,3 +215,24 @@ def test_mlflow_run_references():
     assert mlflow_run_id(f"http://mlflow:5000/#/experiments/3/runs/{run}") == (run, "http://mlflow:5000")
     with pytest.raises(BertPipelineError, match="not a run directory, nor an MLflow run"):
         mlflow_run_id("runs:/short")
+
+
+def test_a_failed_run_says_so_at_the_top_naming_the_failed_task_and_its_error():
+    """A run whose task failed for good (its last try): the page opens with that, before the sections that are
+    empty because of it; a try that failed and was retried successfully is no failure of the run."""
+    failed = {**RECORDS, "registry": [], "pretraining": [], "finetuning": [],
+              "tasks": [task("plan", 0, 1.2), task("segment", 2, 3.0, "failed", error="AirflowFailException: "
+                                                   "/data/latin1.txt: not UTF-8 text")]}
+    page = Page()
+    page.feed(render(failed))
+    text = " ".join(" ".join(page.text).split())
+    assert text.index("This run failed: segment: AirflowFailException: /data/latin1.txt: not UTF-8 text") < \
+        text.index("Models: the registry's decisions")
+    assert ("div", {"class": "note failed"}) in page.tags
+
+    # Pretrain failed once, then succeeded; an earlier build's report task failed (a teardown: no part of the run's
+    # outcome, and in the records of a report built again).
+    retried = {**RECORDS, "tasks": [*RECORDS["tasks"], task("report", 140, 2.0, "failed", error="MLflow is down")]}
+    page = Page()
+    page.feed(render(retried))
+    assert "This run failed" not in " ".join(page.text) and ("div", {"class": "note failed"}) not in page.tags
