@@ -8,8 +8,19 @@ working for an Airflow task, records below ERROR therefore go to stdout, and err
 stderr. Elsewhere nothing changes: a command's stdout carries its result (`bert-pipeline pretrain` prints its
 manifest as JSON there).
 
-The Airflow task process itself needs none of this: Airflow configures its logging, and the records keep their
-levels.
+MLflow gives its own loggers a handler of their own on import (`mlflow`, propagation off, on a stream that writes to
+stderr), so on a worker its lines ("INFO mlflow.pyfunc: Validating input example ...", its warnings) were errors in
+the task log too: configure() sends those below ERROR to stdout as well, whether MLflow is imported before it (its
+handlers get a twin) or after (MLflow is told not to configure its loggers, MLFLOW_CONFIGURE_LOGGING=false, so
+they reach the root logger's handlers; alembic's migration chatter stays at WARNING, as MLflow would set it).
+
+The Airflow task process itself needs none of this for our loggers: Airflow configures its logging, and the records
+keep their levels. Ray's own lines are not ours to route here, and still come out as errors under Airflow: the
+driver's `ray` logger (its own stderr handler, no propagation, set when ray is imported: "Started a local Ray
+instance", "Connecting to existing Ray cluster", "Connected to Ray cluster. View the dashboard at ..."), Ray Train's
+controller actor, where none of our code runs ("(TrainController pid=...) Requesting resources ...", "Started
+training worker group ..."), and Ray Train's `ray.train` logger on a worker before the step's function (and this
+configure()) runs ("(RayTrainWorker pid=...) Setting up process group ...").
 """
 
 from __future__ import annotations
@@ -38,9 +49,21 @@ class _StdoutTwin(logging.StreamHandler):
     """Takes the records below ERROR off a stderr handler, to stdout."""
 
 
+# The loggers MLflow gives a handler of its own when imported (mlflow.utils.logging_utils._configure_mlflow_loggers).
+MLFLOW_LOGGERS = ("mlflow", "sqlalchemy.engine", "alembic", "huey")
+MLFLOW_CONFIGURE_ENV = "MLFLOW_CONFIGURE_LOGGING"
+
+
+def _stderr_streams() -> tuple:
+    # MLflow's handlers write to a stream of its own that forwards to sys.stderr at each write.
+    mlflow_logging = sys.modules.get("mlflow.utils.logging_utils")
+    mlflow_stream = getattr(mlflow_logging, "MLFLOW_LOGGING_STREAM", None)
+    return tuple(s for s in (sys.stderr, sys.__stderr__, mlflow_stream) if s is not None)
+
+
 def _on_stderr(handler: logging.Handler) -> bool:
     return (isinstance(handler, logging.StreamHandler) and not isinstance(handler, (logging.FileHandler, _StdoutTwin))
-            and handler.stream in (sys.stderr, sys.__stderr__))
+            and any(handler.stream is s for s in _stderr_streams()))
 
 
 def info_to_stdout(logger: logging.Logger) -> None:
@@ -49,8 +72,10 @@ def info_to_stdout(logger: logging.Logger) -> None:
     if any(isinstance(h, _StdoutTwin) for h in logger.handlers):
         return
     for handler in [h for h in logger.handlers if _on_stderr(h)]:
+        # A handler several loggers share (MLflow's) is raised to ERROR once; its twins keep its level before that.
+        before = handler.__dict__.setdefault("_bert_level_before_error", handler.level)
         twin = _StdoutTwin(sys.stdout)
-        twin.setLevel(handler.level)
+        twin.setLevel(before)
         twin.setFormatter(logging.Formatter(FORMAT))
         for kept in handler.filters:  # e.g. Ray Train's log-level filter (RunConfig's LoggingConfig)
             twin.addFilter(kept)
@@ -66,3 +91,17 @@ def configure(level: int = logging.INFO) -> None:
     logging.basicConfig(level=level, format=FORMAT)
     if for_airflow_task():
         info_to_stdout(logging.getLogger())
+        _mlflow_info_to_stdout()
+
+
+def _mlflow_info_to_stdout() -> None:
+    """MLflow's loggers as the root logger's: their handlers twinned where MLflow is imported already, else MLflow
+    leaves them without a handler of their own (unless MLFLOW_CONFIGURE_LOGGING is set) and they propagate."""
+    if "mlflow" in sys.modules:
+        for name in MLFLOW_LOGGERS:
+            info_to_stdout(logging.getLogger(name))
+        return
+    if os.environ.setdefault(MLFLOW_CONFIGURE_ENV, "false") == "false":
+        for name in MLFLOW_LOGGERS[1:]:
+            logger = logging.getLogger(name)
+            logger.setLevel(max(logger.getEffectiveLevel(), logging.WARNING))

@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from bert_core import logs
 from tests.operators.supervised_task import read_log
 
@@ -32,6 +34,9 @@ def work():
     from bert_core import logs
 
     logs.configure()
+    import mlflow  # noqa: F401 - as rank 0 imports it after configure (its tracker): MLflow's loggers too
+
+    logging.getLogger("mlflow.pyfunc").info("Validating input example against model signature")
     log = logging.getLogger("bert_core.pretrain.step")
     log.info("learning check: masked LM accuracy 0.231")
     log.warning("the warmup ends after the last step")
@@ -85,6 +90,7 @@ def test_a_ray_workers_info_lines_are_info_in_the_task_log_its_errors_error(tmp_
         return found
 
     assert levels("learning check: masked LM accuracy 0.231") == {"info"}
+    assert levels("INFO mlflow.pyfunc: Validating input example against model signature") == {"info"}
     assert levels("WARNING bert_core.pretrain.step: the warmup ends") == {"info"}  # the level name stays readable
     assert levels("cannot read shard 3") == {"error"}
     assert levels("Traceback (most recent call last):") == {"error"}
@@ -132,3 +138,35 @@ def test_a_console_handler_ray_train_installed_keeps_only_the_errors(monkeypatch
     assert out.count("best epoch 1") == 1 and "INFO tests.ray_train_worker_root: best epoch 1" in out
     assert "debug noise" not in out and "cannot read shard 3" not in out
     assert err == "cannot read shard 3\n"
+
+
+@pytest.mark.parametrize("mlflow_first", [True, False], ids=["mlflow-imported-before", "mlflow-imported-after"])
+def test_mlflows_own_loggers_below_error_go_to_stdout_under_airflow(mlflow_first):
+    """MLflow's loggers have a handler of their own (stderr, no propagation): on a worker its info lines and warnings
+    ("mlflow.pyfunc: Validating input example ...") were errors in the task log. Whether MLflow is imported before
+    configure() or after it, they go to stdout, its errors stay on stderr; a logger sharing MLflow's handler
+    (sqlalchemy.engine) keeps its warnings; alembic's migration chatter stays below what is shown."""
+    code = textwrap.dedent(f"""
+        import logging
+        if {mlflow_first}:
+            import mlflow
+        from bert_core import logs
+        logs.configure()
+        import mlflow
+        logging.getLogger("mlflow.pyfunc").info("Validating input example against model signature")
+        logging.getLogger("mlflow.models").warning("model logged without a signature")
+        logging.getLogger("sqlalchemy.engine").warning("pool overflow")
+        logging.getLogger("alembic.runtime.migration").info("Context impl SQLiteImpl.")
+        logging.getLogger("mlflow.tracking").error("cannot reach the tracking server")
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env[logs.AIRFLOW_RUN_ENV] = "manual__1"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "INFO mlflow.pyfunc: Validating input example against model signature" in done.stdout
+    assert "WARNING mlflow.models: model logged without a signature" in done.stdout
+    assert "WARNING sqlalchemy.engine: pool overflow" in done.stdout
+    assert "Context impl SQLiteImpl" not in done.stdout + done.stderr
+    assert "cannot reach the tracking server" in done.stderr and "cannot reach" not in done.stdout
+    assert "Validating input example" not in done.stderr and "without a signature" not in done.stderr
