@@ -74,8 +74,14 @@ def pretraining_figure(phase: dict[str, Any]):
 
 
 def finetuning(runs: list[dict[str, Any]]) -> bytes:
+    return _png(finetuning_figure(runs))
+
+
+def finetuning_figure(runs: list[dict[str, Any]]):
     """One task: its dev metrics and training loss per epoch (a search: every trial's main metric, the best
     trial's line bold), the best epoch starred."""
+    from matplotlib.ticker import MaxNLocator
+
     fig, (dev, loss) = _figure(9, 3.0, 2)
     searched = len(runs) > 1
     for run in runs:
@@ -95,9 +101,10 @@ def finetuning(runs: list[dict[str, Any]]) -> bytes:
     loss.set_title(f"{runs[0]['task']}: training loss")
     for ax in (dev, loss):
         ax.set_xlabel("epoch")
-        ax.xaxis.get_major_locator().set_params(integer=True)
+        # Whole epochs only, even where the axis holds a single one (the default asks for two integers in view).
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
         ax.legend(fontsize=7, loc="best")
-    return _png(fig)
+    return fig
 
 
 def _time(text: str) -> dt.datetime:

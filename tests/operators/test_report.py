@@ -236,3 +236,11 @@ def test_a_failed_run_says_so_at_the_top_naming_the_failed_task_and_its_error():
     page = Page()
     page.feed(render(retried))
     assert "This run failed" not in " ".join(page.text) and ("div", {"class": "note failed"}) not in page.tags
+
+
+def test_a_one_epoch_fine_tuning_has_its_epoch_as_the_only_tick():
+    """One epoch (a quick run): the epoch axis shows epoch 1, not 0.96 ... 1.04."""
+    fig = plots.finetuning_figure([finetuned("sst-2", None, True, [0.6])])
+    for ax in fig.axes:
+        fig.canvas.draw()
+        assert [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]] == [1.0], ax.get_title()
