@@ -291,13 +291,27 @@ def _finetuning(records: dict[str, Any]) -> str:
         rows = [[_td(e["epoch"]), _td(e.get("train_loss"), True), *[_td(e.get(m), True) for m in metrics]]
                 for e in best["epochs"]]
         summary = (f"Best epoch {best.get('best_epoch')}: dev {best['main_metric']} "
-                   f"{_num(best['dev'].get(best['main_metric']))}; this epoch's model is the one evaluated and "
-                   "registered.")
+                   f"{_num(best['dev'].get(best['main_metric']))}; "
+                   + ("this epoch's model is the one evaluated and registered." if _registered(records, task) else
+                      "this epoch's model is the one kept; this run did not register it (the task timeline "
+                      "says why)."))
         if len(group) > 1:
             summary += f" Search over {len(group)} trials; the best was {best['trial']} (its epochs below)."
         out.append(f"<h3>{_e(task)}</h3>" + _img(plots.finetuning(group), f"fine-tuning curves of {task}")
                    + f"<p>{_e(summary)}</p>" + _table(["epoch", "train loss", *metrics], rows))
     return "\n".join(out)
+
+
+def _registered(records: dict[str, Any], task: str) -> bool:
+    """Whether the run registered a version of the task's model (a failed run may have fine-tuned without)."""
+    from bert_core.errors import BertPipelineError
+    from operators.registry import model_name
+
+    try:
+        name = model_name(task)
+    except BertPipelineError:  # a task this version's catalog does not know: its usual name
+        name = f"bert-{task}"
+    return any(d["name"] == name for d in records["registry"])
 
 
 # ---------------------------------------------------------------------------------------------- timeline

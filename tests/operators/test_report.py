@@ -136,6 +136,9 @@ def test_the_page_shows_decisions_curves_epochs_timeline_and_serve_commands():
     assert "masked-LM accuracy 0.31 0.12 always predicting the most frequent masked token +19.0 points above chance" in text
     assert "next-sentence accuracy 0.55 0.55 always answering the majority label at chance: did not learn" in text
     assert "Search over 2 trials; the best was lr=0.001" in text and "Best epoch 1: dev accuracy 0.3" in text
+    # ... registered where the run registered its model (sst-2), kept only where it did not (squad: a failed run).
+    assert "dev accuracy 0.9; this epoch's model is the one evaluated and registered." in text
+    assert "dev accuracy 0.3; this epoch's model is the one kept; this run did not register it" in text
     # The timeline names the failed try and its error, and the retry.
     assert "pretrain failed +30.0 s 40.0 s ConnectionError: S3 endpoint reset" in text
     assert "pretrain (try 2) success" in text and "make_shards[1] success" in text
