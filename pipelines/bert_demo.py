@@ -120,7 +120,8 @@ def bert_demo():
             evaluate.override(task_id=f"evaluate_{name}")(finetuned), p)
         for name, finetuned in (("sst2", sst2), ("squad", squad))
     ]
-    report_task.after(summary([pretrained, *promoted], p))
+    summary([pretrained, *promoted], p)
+    report_task.at_the_end()
 
 
 bert_demo()

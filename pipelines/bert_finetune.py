@@ -97,7 +97,8 @@ def bert_finetune():
 
     specs = plan()
     reports = register_and_promote.expand(evaluated=evaluate.expand(finetuned=finetune.expand(spec=specs)))
-    report_task.after(summary(reports, specs))
+    summary(reports, specs)
+    report_task.at_the_end()
 
 
 bert_finetune()

@@ -110,7 +110,8 @@ def bert_pretraining():
     shards = make_shards.partial(plan=p).expand(segmented_file=segmented, phase=planned_phases)
     heldout = make_heldout_shards.partial(segmented_files=segmented, plan=p).expand(phase=planned_phases)
     pretrained = pretrain(validate_shards.expand(shards=shards), heldout, segmented, p)
-    report_task.after(register_and_promote(pretrained, p))
+    register_and_promote(pretrained, p)
+    report_task.at_the_end()
 
 
 bert_pretraining()

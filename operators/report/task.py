@@ -2,8 +2,8 @@
 report.html, built from its work directory by the run itself, so a run triggered in the Airflow UI or over the
 REST API gets one as a run of `bert-pipeline demo` / `run` does.
 
-It is an Airflow teardown task of the DAG's last tasks: it runs when they are done, whatever their outcome (a
-failed run's report shows how far it got), and, as teardowns are, it is left out of the DAG run's state: the
+It is an Airflow teardown task downstream of every other task: it runs when they are all done, whatever their
+outcome (a failed run's report shows how far it got), and, as teardowns are, it is left out of the DAG run's state: the
 run's outcome is its work's, and a report that could not be built is a failed `report` task in a run that
 otherwise stands. No retries: what failed (a record it cannot read, an MLflow server that is down) is in its
 log, and `bert-pipeline report WORK_DIR` builds it again.
@@ -38,9 +38,14 @@ def report() -> dict[str, Any]:
             "mlflow_page": logged.page if logged else None}
 
 
-def after(*last_tasks: Any) -> Any:
-    """The report task, as the teardown of `last_tasks` (the DAG's leaves): `report_task.after(summary(...))`."""
+def at_the_end() -> Any:
+    """The report task, a teardown downstream of every other task of the DAG being defined: call it last in the
+    DAG function. Every task, not only the last: a teardown waits for its direct upstream only, and Airflow
+    marks a last task `upstream_failed` as soon as one branch fails, while other branches still run (seen: a
+    bert_finetune whose sst-2 failed reported "no model fine-tuned" while squad was still training). The DAG
+    run's state still comes from the same last tasks: a task whose only downstream is a teardown counts as a
+    leaf (Airflow's DagRun._tis_for_dagrun_state)."""
     built = report().as_teardown()
-    for upstream in last_tasks:
-        upstream >> built
+    task = built.operator
+    task.set_upstream([other for other in task.dag.tasks if other is not task])
     return built
