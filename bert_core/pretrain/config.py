@@ -64,7 +64,8 @@ class PretrainConfig(TrackingConfig, RayTrainConfig, OptimizerConfig):
     vocab: str | None = option(None, "vocab.txt to put in the output model directory", group=MODEL,
                                section=Form.MODEL,
                                metavar="FILE", default_help="the --pretrained model's, else a vocab.txt next to "
-                               "the shards")
+                               "the shards, else the one their make-shards manifest records; a file given "
+                               "must be that one, checked before training")
     output: str = option(help="model directory to create (local or s3://); written only when training succeeded",
                          group=MODEL, section=Form.STORAGE, metavar="DIR_OR_URI")
     overwrite: bool = option(False, "replace --output if it holds something else", group=MODEL,

@@ -10,6 +10,7 @@ check on the driver, and each worker (a worker on another node needs its own loc
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,6 +55,38 @@ class RunPlan:
             if seq_len > self.model_config.max_position_embeddings:
                 raise BertPipelineError(f"{shards.paths[0]}: sequences of length {seq_len} exceed the model's "
                                         f"max_position_embeddings ({self.model_config.max_position_embeddings})")
+
+
+    def check_vocab_file(self) -> None:
+        """--vocab names a vocab.txt that exists, fits the model's vocab_size and, when the shards' make-shards
+        manifest records the vocab they were made with, is that vocab: the output directory carries it, so a
+        wrong file would give a model whose token ids mean other words. Checked before training."""
+        vocab = self.config.vocab
+        if not vocab:
+            return
+        expected = "the WordPiece vocab.txt the shards were made with (make-shards --vocab), one token per line"
+        if storage.is_s3(vocab):
+            if not storage.exists(vocab):
+                raise BertPipelineError(f"--vocab {vocab}: no such object; expected {expected}")
+            return
+        path = storage.local_path(vocab)
+        if not path.is_file():
+            raise BertPipelineError(f"--vocab {vocab}: no such file; expected {expected}")
+        with open(path, "rb") as f:
+            data = f.read()
+        size = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+        if size > self.model_config.vocab_size:
+            raise BertPipelineError(f"--vocab {vocab}: {size} tokens, more than the model's vocab_size "
+                                    f"({self.model_config.vocab_size}); expected {expected}")
+        digest = hashlib.sha256(data).hexdigest()
+        for shards in self.shard_sets():
+            for where, recorded in shards.manifests.items():
+                made_with = recorded.get("vocab") if isinstance(recorded, dict) else None
+                if isinstance(made_with, dict) and made_with.get("sha256") and made_with["sha256"] != digest:
+                    raise BertPipelineError(
+                        f"--vocab {vocab} (sha256 {digest[:12]}) is not the vocab the shards were made with: {where} "
+                        f"records {made_with.get('uri')} (sha256 {str(made_with['sha256'])[:12]}); give that file, "
+                        "or leave --vocab out to use it")
 
 
 def model_config_from(spec: str) -> BertConfig:

@@ -254,6 +254,7 @@ def preflight(run: RunPlan) -> tuple[dict[str, str], dict[str, Any] | None]:
     mistake costs nothing, and nothing is replaced until the new model is complete.
     """
     config = run.config
+    run.check_vocab_file()
     inputs: dict[str, str] = {}
     for shards in run.shard_sets():
         inputs |= shards.sha256()

@@ -406,6 +406,33 @@ def test_output_carries_the_vocab_the_shards_were_made_with(cfg, tmp_path):
         pretrain(cfg(data=str(data), output=str(tmp_path / "out2"), num_steps=1, batch_size=8))
 
 
+def test_a_wrong_vocab_is_an_error_before_training(cfg, tmp_path, monkeypatch):
+    """--vocab is checked with the shards, before any step: a missing file, one larger than the model's
+    vocab_size, or another vocab than the shards' make-shards manifest records each name --vocab and the file;
+    no step runs and nothing is written (it used to fail after the whole run, writing the model directory)."""
+    data = write_shards(tmp_path / "shards", num_shards=1)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"tok{i}\n" for i in range(40)))
+    meta = json.loads((data / "manifest.json").read_text())
+    meta["vocab"] = {"uri": str(vocab), "sha256": manifest.sha256_file(vocab), "size": 40}
+    (data / "manifest.json").write_text(json.dumps(meta))
+    other = tmp_path / "other.txt"
+    other.write_text("".join(f"word{i}\n" for i in range(40)))
+    big = tmp_path / "big.txt"
+    big.write_text("".join(f"tok{i}\n" for i in range(41)))
+    monkeypatch.setattr("bert_core.pretrain.step.build_model",
+                        lambda *a, **k: pytest.fail("a step ran with a wrong --vocab"))
+    for bad, message in [(tmp_path / "missing.txt", r"--vocab .*missing\.txt: no such file; expected"),
+                         (big, r"--vocab .*big\.txt: 41 tokens, more than the model's vocab_size \(40\)"),
+                         (other, r"--vocab .*other\.txt \(sha256 \w+\) is not the vocab the shards were made "
+                                 r"with: .*manifest\.json records .*vocab\.txt")]:
+        with pytest.raises(BertPipelineError, match=message):
+            check_inputs(cfg(data=str(data), vocab=str(bad), num_steps=1, batch_size=8))
+        with pytest.raises(BertPipelineError, match=message):
+            pretrain(cfg(data=str(data), vocab=str(bad), num_steps=1, batch_size=8))
+    assert not (tmp_path / "out").exists()
+
+
 def test_without_a_progress_bar_the_log_says_where_the_run_is(cfg, monkeypatch, caplog):
     """DAG tasks run with progress off (a bar would flood the task log): a line every PROGRESS_LINE_S instead."""
     from bert_core.pretrain import step as pretrain_step
