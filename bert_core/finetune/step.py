@@ -56,6 +56,8 @@ from bert_core.train.step_spec import Plan, StepSpec, Worker
 
 log = logging.getLogger(__name__)
 
+# How often a run without a progress bar says where it is in the epoch (as pretraining's PROGRESS_LINE_S).
+PROGRESS_LINE_S = 30.0
 PREDICTIONS_ARTIFACT = "predictions"  # MLflow artifact path of the prediction files
 
 SCORED = "scored.json"  # in an output (and each epoch's predictions): the files the dev metrics come from
@@ -308,6 +310,7 @@ def train(cfg: FinetuneConfig, tracker: Tracker, prepared: Prepared,
             bar = tqdm(range(0, len(micro), cfg.accumulate), desc=f"epoch {epoch + 1}/{cfg.epochs}", unit="update",
                        disable=True if rank != 0 else None)
             seen, t0, loss_sum = 0, time.perf_counter(), 0.0
+            last_line = time.monotonic()
             for first in bar:
                 group = micro[first:first + cfg.accumulate]
                 step_loss = _train_step(ddp_model, adapter, train_arrays, group, precision, device)
@@ -317,6 +320,13 @@ def train(cfg: FinetuneConfig, tracker: Tracker, prepared: Prepared,
                 loss_sum += step_loss
                 bar.set_postfix(loss=f"{step_loss:.4f}", lr=f"{result.lr:.2e}",
                                 ex_s=f"{seen / (time.perf_counter() - t0):.1f}")
+                # Without the bar (stderr not a terminal: `ray job submit`, nohup, an Airflow task log), a line
+                # every PROGRESS_LINE_S: an epoch of a few thousand rows on CPU is many silent minutes otherwise.
+                if bar.disable and rank == 0 and time.monotonic() - last_line >= PROGRESS_LINE_S:
+                    last_line = time.monotonic()
+                    log.info("epoch %d/%d: update %d of %d, loss %.4f, lr %.2e, %.1f examples/s", epoch + 1,
+                             cfg.epochs, first // cfg.accumulate + 1, -(-len(micro) // cfg.accumulate), step_loss, result.lr,
+                             seen / (time.perf_counter() - t0))
             epoch_metrics = {"train_loss": loss_sum / max(1, len(bar))}
             epoch_dir = scratch / f"epoch-{epoch + 1}"
             epoch_dir.mkdir()

@@ -345,3 +345,20 @@ def test_a_finished_run_on_s3_is_found_up_to_date_from_another_machine(tiny_bert
         again = finetune(cfg)
     assert (again["started_at"], again["finished_at"]) == (first["started_at"], first["finished_at"])
 
+
+
+def test_without_a_terminal_the_log_says_where_the_epoch_is(minilm_dir, tmp_path, monkeypatch, caplog):
+    """The epoch bar is drawn on a terminal only; without one (`ray job submit`, nohup, a task log) a line every
+    PROGRESS_LINE_S says the update, the loss and the speed, as pretraining does (an MRPC epoch on 2 CPU cores was
+    over ten silent minutes)."""
+    from bert_core.finetune import step as finetune_step
+
+    data = toy_tasks.write_sst2(tmp_path / "sst2", n_train=16, n_dev=8)
+    monkeypatch.setattr(finetune_step, "PROGRESS_LINE_S", 0.0)
+    cfg = FinetuneConfig(task="sst-2", data_dir=str(data), model=str(minilm_dir), output=str(tmp_path / "out"),
+                         epochs=1, max_seq_length=16, batch_size=8, tracking=False)
+    with caplog.at_level("INFO", logger="bert_core.finetune.step"):
+        finetune(cfg)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().endswith("examples/s")]
+    assert [line.split(",")[0] for line in lines] == ["epoch 1/1: update 1 of 2", "epoch 1/1: update 2 of 2"], lines
+    assert "loss" in lines[-1] and "lr" in lines[-1]
