@@ -15,9 +15,10 @@ handlers get a twin) or after (MLflow is told not to configure its loggers, MLFL
 they reach the root logger's handlers; alembic's migration chatter stays at WARNING, as MLflow would set it).
 
 The Airflow task process itself needs none of this for our loggers: Airflow configures its logging, and the records
-keep their levels. Ray's own lines are not ours to route here, and still come out as errors under Airflow: the
-driver's `ray` logger (its own stderr handler, no propagation, set when ray is imported: "Started a local Ray
-instance", "Connecting to existing Ray cluster", "Connected to Ray cluster. View the dashboard at ..."), Ray Train's
+keep their levels. The driver's `ray` logger (its own stderr handler, no propagation, set when ray is imported:
+"Started a local Ray instance", "Connecting to existing Ray cluster", "Connected to Ray cluster. View the dashboard
+at ...") gets the stdout twin from bert_core.launch.ray_cluster.connect. Ray's other lines are not ours to route
+here, and still come out as errors under Airflow: Ray Train's
 controller actor, where none of our code runs ("(TrainController pid=...) Requesting resources ...", "Started
 training worker group ..."), and Ray Train's `ray.train` logger on a worker before the step's function (and this
 configure()) runs ("(RayTrainWorker pid=...) Setting up process group ...").

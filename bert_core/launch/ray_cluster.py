@@ -14,6 +14,7 @@ import os
 import re
 from typing import Any
 
+from bert_core import logs
 from bert_core.errors import BertPipelineError
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,10 @@ def connect(local_cpus: int | None = None, **init_kwargs: Any) -> None:
     global _local_instance
     if ray.is_initialized():
         return
+    if logs.for_airflow_task():
+        # The driver's `ray` logger has a stderr handler of its own, and Airflow records a task's stderr as
+        # errors: "Started a local Ray instance", "Connected to Ray cluster" were red lines in every task log.
+        logs.info_to_stdout(logging.getLogger("ray"))
     address = cluster_address()
     if address:
         wait_for_head(address)
