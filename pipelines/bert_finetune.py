@@ -1,6 +1,6 @@
-"""bert_finetune: fine-tune one model on several tasks at once (dynamic task mapping, one mapped task per
-task), then evaluate -> register `bert-<task>` -> promote (alias `champion` moves only when the gates pass)
--> the run's report.html (whatever the outcome).
+"""bert_finetune: fine-tune one model on several tasks at once (dynamic task mapping: one mapped group per task),
+each task then evaluate -> register `bert-<task>` -> promote (alias `champion` moves only when the gates pass) on
+its own (a task that fails stops only its own chain) -> summary -> the run's report.html (whatever the outcome).
 
 Per task: the form's settings, a named preset's values for the task (gluonnlp, bert-paper), then `overrides`;
 optionally a hyperparameter search on Ray Tune whose best trial is the one evaluated and registered. The plan
@@ -8,7 +8,7 @@ task checks the whole conf (unknown keys, settings, data, model limits, GPUs) be
 
 from __future__ import annotations
 
-from airflow.sdk import Param, dag
+from airflow.sdk import Param, dag, task_group
 
 from bert_core.finetune import presets
 from bert_core.finetune.config import FinetuneConfig
@@ -95,9 +95,15 @@ def bert_finetune():
         return ops.summarize(list(results), f"{specs[0]['registry']}/summary.json",
                              [registry.model_name(spec["task"]) for spec in specs])
 
+    # Each task's chain on its own: in a mapped task group, evaluate[i] waits for finetune[i] only, so one task
+    # that fails leaves the others to be evaluated, registered and promoted. (Mapping evaluate over finetune's
+    # outputs instead would make all of evaluate upstream_failed when any finetune fails.)
+    @task_group(prefix_group_id=False)
+    def each_task(spec: dict):
+        return register_and_promote(evaluate(finetune(spec)))
+
     specs = plan()
-    reports = register_and_promote.expand(evaluated=evaluate.expand(finetuned=finetune.expand(spec=specs)))
-    summary(reports, specs)
+    summary(each_task.expand(spec=specs), specs)
     report_task.at_the_end()
 
 

@@ -94,3 +94,37 @@ def test_a_runs_local_ray_checks_the_homes_token(tmp_path):
     assert len(token.read_text()) == 64 and token.stat().st_mode & 0o777 == 0o600
     log = Path(done.stdout.splitlines()[0].split()[2]).read_text()
     assert "Missing authorization header" not in log and "Ray Train: 2 worker(s)" in log
+
+
+def test_a_failed_fine_tuning_task_leaves_the_others_to_be_evaluated_and_registered(tmp_path):
+    """bert_finetune maps each task's chain as one group: sst-2's bad training file fails its fine-tuning, and
+    sts-b is still evaluated and registered (mapping evaluate over all of fine-tuning's outputs made every
+    evaluate upstream_failed when one task failed). The run fails, and its report, built after every task, says
+    which task failed and shows sts-b."""
+    from tests.tiny_bert import write_tiny_bert
+    from tests.toy_tasks import write_sst2, write_stsb
+
+    broken = write_sst2(tmp_path / "sst2")
+    with (broken / "train.tsv").open("a") as f:
+        f.write("the film was fine .\tmaybe\n")
+    conf = {"tasks": {"sst-2": str(broken), "sts-b": str(write_stsb(tmp_path / "stsb"))},
+            "model": str(write_tiny_bert(tmp_path / "tiny")), "epochs": 1, "batch_size": 16, "max_seq_length": 32}
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BERT_PIPELINE_HOME", "RAY_ADDRESS",
+                                                                    "MLFLOW"))}
+    done = subprocess.run([sys.executable, "-m", "bert_pipeline.cli", "run", "bert_finetune", "--conf",
+                           json.dumps(conf), "--home", str(home)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "is not a SST-2 label" in done.stdout or "not a sst-2 label" in done.stdout.lower(), done.stdout[-3000:]
+    run_dir = Path(done.stdout.splitlines()[0].split()[2]).parent
+    decisions = [json.loads(p.read_text()) for p in (run_dir / "registry").glob("bert-*-v*.json")]
+    assert [d["name"] for d in decisions] == ["bert-sts-b"], decisions
+    records = [json.loads(p.read_text()) for p in (run_dir / "tasks").iterdir()]
+    states = {(r["task_id"], r["map_index"]): r["state"] for r in records}
+    assert {k: v for k, v in states.items() if v == "failed"} == {("finetune", 0): "failed"}, states
+    assert states[("evaluate", 1)] == states[("register_and_promote", 1)] == "success", states
+    # The report was built once everything had ended: it names the failure and shows sts-b's fine-tuning.
+    assert f"Report (open it in a browser): {run_dir / 'report.html'}" in done.stdout
+    html = (run_dir / "report.html").read_text()
+    assert "This run failed" in html and "sts-b" in html
