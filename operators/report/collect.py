@@ -105,6 +105,7 @@ def _pretraining(run_dir: str, files: list[str], uri: str) -> list[dict[str, Any
             "world_size": training.get("world_size"), "tokens": training.get("tokens_this_run"),
             "resumed_from": training.get("resumed_from"), "recipe": manifest.get("recipe") or {},
             "learning_check": manifest.get("learning_check") or {}, "config": manifest.get("config") or {},
+            "precision": manifest.get("precision") or {},
             "started_at": manifest.get("started_at"), "finished_at": manifest.get("finished_at"),
             "history": history, "history_note": note,
         })

@@ -267,8 +267,11 @@ def _training_facts(phase: dict[str, Any]) -> str:
                      f"{_num(recipe.get('warmup_ratio'))}" + (" (chosen by the recipe's rule: "
                                                               f"{', '.join(sorted(chosen))})" if chosen else ""))
     if config.get("batch_size"):
-        facts.append(f"batch {config['batch_size']} x accumulate {config.get('accumulate', 1)}, "
-                     f"{config.get('dtype', 'float32')}")
+        # The precision the run computed in (the manifest's choice), not the flag: `auto` is the default.
+        chosen = phase.get("precision") or {}
+        precision = (f"{chosen['dtype']} (dtype {chosen.get('requested', config.get('dtype'))}: {chosen['reason']})"
+                     if chosen.get("dtype") else config.get("dtype", "float32"))
+        facts.append(f"batch {config['batch_size']} x accumulate {config.get('accumulate', 1)}, {precision}")
     if phase.get("resumed_from"):
         facts.append(f"resumed from {phase['resumed_from']}")
     return "; ".join(facts) + "."

@@ -74,7 +74,10 @@ def task(task_id: str, start: int, seconds: float, state: str = "success", map_i
 RECORDS = {
     "format": 1, "run_dir": "/runs/1", "dag_id": "bert_demo", "dag_run_id": RUN, "tracking_uri": "sqlite:////runs/m.db",
     "collected_at": "2026-11-24T10:06:00+00:00",
-    "pretraining": [phase("phase1", 0.71), phase("phase2", 0.55)],
+    "pretraining": [{**phase("phase1", 0.71), "config": {**phase("phase1", 0.71)["config"], "dtype": "auto"},
+                     "precision": {"dtype": "bfloat16", "requested": "auto",
+                                   "reason": "the CPU has native bfloat16 (AVX512-BF16)"}},
+                    phase("phase2", 0.55)],
     "finetuning": [finetuned("sst-2", "lr=0.0001", False, [0.6, 0.7]), finetuned("sst-2", "lr=0.001", True, [0.8, 0.9]),
                    finetuned("squad", None, True, [0.3, 0.2])],
     "registry": [
@@ -132,6 +135,9 @@ def test_the_page_shows_decisions_curves_epochs_timeline_and_serve_commands():
     assert "accuracy gate and floor 0.9 0.85 0.5 passes" in text
     assert "mlm_accuracy gate 0.31 0.4 — 0.31 is worse than the champion's 0.4" in text
     assert "Next-sentence accuracy is at chance: 0.550, where always answering the majority label scores 0.550" in text
+    # The precision a phase computed in, and why (its dtype flag was auto); a record without the choice: its flag.
+    assert "batch 32 x accumulate 1, bfloat16 (dtype auto: the CPU has native bfloat16 (AVX512-BF16))." in text
+    assert "batch 32 x accumulate 1, float32." in text
     # Pretraining's final figures against chance; fine-tuning's best epoch; a search's winner.
     assert "masked-LM accuracy 0.31 0.12 always predicting the most frequent masked token +19.0 points above chance" in text
     assert "next-sentence accuracy 0.55 0.55 always answering the majority label at chance: did not learn" in text
@@ -173,7 +179,9 @@ def test_records_are_gathered_from_a_run_directory(tmp_path, monkeypatch):
     run = tmp_path / "run"
     for name in ("phase2", "phase1"):
         _write(run, f"pretrained/{name}/manifest.json", {"step": "pretrain", "metrics": {"mlm_accuracy": 0.3},
-                                                         "training": {"steps": 10, "metrics_on": "data_eval"}})
+                                                         "training": {"steps": 10, "metrics_on": "data_eval"},
+                                                         "precision": {"dtype": "bfloat16", "requested": "auto",
+                                                                       "reason": "r"}})
     _write(run, "shards/part-a/manifest.json", {"step": "make-shards"})
     for trial, score in (("lr=0.001", 0.9), ("lr=0.0001", 0.7)):
         _write(run, f"finetune-sst-2/{trial}/metrics.json", {"main_metric": "accuracy", "best_epoch": 1,
@@ -193,6 +201,7 @@ def test_records_are_gathered_from_a_run_directory(tmp_path, monkeypatch):
     assert records["run_dir"] == str(run) and (records["dag_id"], records["dag_run_id"]) == ("bert_demo", RUN)
     assert records["tracking_uri"] == "sqlite:///m.db"  # the tasks' store
     assert [p["phase"] for p in records["pretraining"]] == ["phase1", "phase2"]
+    assert records["pretraining"][0]["precision"]["dtype"] == "bfloat16"
     assert records["pretraining"][0]["history_note"].startswith("the run was not tracked")
     assert [(f["trial"], f["best"]) for f in records["finetuning"]] == [("lr=0.0001", False), ("lr=0.001", True)]
     assert [d["name"] for d in records["registry"]] == ["bert-pretrained", "bert-sst-2"]
