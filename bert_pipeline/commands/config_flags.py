@@ -119,3 +119,19 @@ def config_from_args(config_cls: type, args: argparse.Namespace, **overrides: An
     """The config of the flags given (fields without a flag keep their defaults unless overridden)."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls) if hasattr(args, f.name)}
     return config_cls(**{**values, **overrides})
+
+
+def use_home_mlflow(config: Any) -> None:
+    """Before a step that logs to MLflow (pretrain, finetune) runs from the CLI without --tracking-uri or
+    MLFLOW_TRACKING_URI: while a stack is up on the home ($BERT_PIPELINE_HOME, as `stack up` gives its Ray head and
+    so every `ray job submit` job), its MLflow server is the home's MLflow, as for `run`, `demo` and `report`
+    (embedded_home.use_stack_mlflow). The experiments that server made keep their artifacts at
+    `mlflow-artifacts:/N`, which the home's sqlite file cannot reach: logging there trained the whole run and then
+    failed with a traceback at the first artifact. With the server down and such experiments in the store, an error
+    before any work says what to do."""
+    if not getattr(config, "tracking", False) or getattr(config, "tracking_uri", None):
+        return
+    from bert_pipeline.embedded_home import use_stack_mlflow
+    from bert_pipeline.stack.state import stack_home
+
+    use_stack_mlflow(stack_home(None))

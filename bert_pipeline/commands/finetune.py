@@ -6,7 +6,7 @@ import argparse
 import json
 
 from bert_core.tasks.catalog import TASKS
-from bert_pipeline.commands.config_flags import add_config_arguments, config_from_args
+from bert_pipeline.commands.config_flags import add_config_arguments, config_from_args, use_home_mlflow
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from bert_core.launch.run import run_step
 
     cfg = config_from_args(FinetuneConfig, args)
+    use_home_mlflow(cfg)
     result = run_step(FINETUNE, cfg)
     print(json.dumps({"output": args.output, "best_epoch": result.get("best_epoch"), "metrics": result["metrics"]},
                      indent=2))

@@ -13,7 +13,7 @@ import json
 import logging
 import sys
 
-from bert_pipeline.commands.config_flags import add_config_arguments, config_from_args
+from bert_pipeline.commands.config_flags import add_config_arguments, config_from_args, use_home_mlflow
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from bert_core.pretrain.step import PRETRAIN, PretrainConfig
 
     config = config_from_args(PretrainConfig, args)
+    use_home_mlflow(config)
     result = run_step(PRETRAIN, config)
     check = result.get("learning_check") or {}
     print(json.dumps({"output": config.output, **result.get("metrics", {}),
