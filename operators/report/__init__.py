@@ -6,8 +6,8 @@ epoch (each output's metrics.json), the registry's decision per model (registry/
 operators.registry.promote), the tasks' timeline (tasks/*.json, written by each task: operators.run_records) and
 an example request for each promoted model. plots.py draws it (matplotlib, PNG), render.py writes the HTML
 (images as data: URIs, inline CSS, no script), publish.py puts report.html and the record (report_data.json)
-in the run's directory and in the DAG run's MLflow run (experiment `bert-runs`), and build.py ties them
-together for `bert-pipeline report` and `bert-pipeline demo`.
+in the run's directory and in the DAG run's MLflow run (experiment `bert-runs`), build.py ties them together, and
+task.py is the `report` task each pipeline DAG ends with (`bert-pipeline report` builds a report again).
 """
 
 REPORT_FILE = "report.html"

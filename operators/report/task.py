@@ -3,9 +3,9 @@ report.html, built from its work directory by the run itself, so a run triggered
 REST API gets one as a run of `bert-pipeline demo` / `run` does.
 
 It is an Airflow teardown task downstream of every other task: it runs when they are all done, whatever their
-outcome (a failed run's report shows how far it got), and, as teardowns are, it is left out of the DAG run's state: the
-run's outcome is its work's, and a report that could not be built is a failed `report` task in a run that
-otherwise stands. No retries: what failed (a record it cannot read, an MLflow server that is down) is in its
+outcome (a failed run's report shows how far it got), and, as teardowns are, it is left out of the DAG run's
+state: the run's outcome is its work's, and a report that could not be built is a failed `report` task in a run
+that otherwise stands. No retries: what failed (a record it cannot read, an MLflow server that is down) is in its
 log, and `bert-pipeline report WORK_DIR` builds it again.
 """
 
