@@ -96,6 +96,14 @@ def model_config_from(spec: str) -> BertConfig:
     return zoo.architecture_config(spec)
 
 
+def _shards(flag: str, spec: str) -> ShardSet:
+    """The shards of --data or --data-eval; an error names the flag as well as the path."""
+    try:
+        return ShardSet(spec)
+    except BertPipelineError as exc:
+        raise BertPipelineError(f"{flag}: {exc}") from exc
+
+
 def plan_run(config: PretrainConfig, device: torch.device | str | None = None) -> RunPlan:
     """The run's plan; with the `device` its steps run on (every worker gives its own), also its precision.
     All workers must call it with a device together: they agree on one precision."""
@@ -107,8 +115,8 @@ def plan_run(config: PretrainConfig, device: torch.device | str | None = None) -
         model_config = BertConfig.from_json_file(config_file)
     else:
         model_config = model_config_from(config.model)
-    return RunPlan(config=config, shards=ShardSet(config.data),
-                   eval_shards=ShardSet(config.data_eval) if config.data_eval else None,
+    return RunPlan(config=config, shards=_shards("--data", config.data),
+                   eval_shards=_shards("--data-eval", config.data_eval) if config.data_eval else None,
                    model_config=model_config, pretrained_dir=pretrained_dir, pretrained_weights=pretrained_weights,
                    output=config.output,
                    output_local=None if storage.is_s3(config.output) else storage.local_path(config.output),

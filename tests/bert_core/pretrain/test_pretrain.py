@@ -253,8 +253,12 @@ def test_fp16_runs_with_loss_scale(cfg):
 
 
 def test_no_shards_and_vocab_mismatch(cfg, tmp_path):
-    with pytest.raises(BertPipelineError, match=r"no shards match .*missing/part-\*\.npz"):
+    with pytest.raises(BertPipelineError, match=r"^--data: no shards match .*missing/part-\*\.npz"):
         pretrain(cfg(data=str(tmp_path / "missing" / "part-*.npz")))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BertPipelineError, match=r"^--data-eval: no shards match .*empty.* \(expected "
+                                                r"part-NNNNN\.npz files from `bert-pipeline make-shards`\)"):
+        pretrain(cfg(data_eval=str(tmp_path / "empty")))
     wide = write_shards(tmp_path / "wide", num_shards=1, manifest=False, vocab_size=300)
     with pytest.raises(BertPipelineError, match=r"wide/part-00000\.npz: token id \d+ is outside .*vocab_size=40"):
         pretrain(cfg(data=str(wide)))
@@ -338,7 +342,7 @@ def test_cli_help_and_runs(cfg, data, tmp_path, monkeypatch, capsys):
     assert main(["pretrain", "--data", str(tmp_path / "none-*.npz"), "--model", model, "--output",
                  str(tmp_path / "x"), "--num-steps", "2", "--no-tracking"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "error: no shards match" in err[0]
+    assert len(err) == 1 and "error: --data: no shards match" in err[0]
 
 
 @pytest.fixture
