@@ -436,6 +436,8 @@ def _plan(cfg: FinetuneConfig) -> Plan:
     """Checks and hashes on the driver; an output that already holds this result means nothing to do."""
     prepared = prepare(cfg)
     done = _existing_result(cfg, prepared)
+    if done is None:
+        prepared.adapter.check_files()
     if done is not None:
         log.info("%s already holds this fine-tuning result (same config and inputs): nothing to do", cfg.output)
     return Plan(prepared.inputs, done)

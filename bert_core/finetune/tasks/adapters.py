@@ -84,6 +84,16 @@ class Adapter(abc.ABC):
     def eval_sets(self) -> list[EvalSet]:
         return [self.eval_set(split.name, path, split.gold) for split, path in self.eval_files()]
 
+    def check_files(self) -> None:
+        """Read every file the run reads (train, dev, test), without tokenizing: a broken row is an error naming
+        the file and the line where the run is planned, before its MLflow run is opened or a worker starts."""
+        for path in [self.train_file()] + [path for _, path in self.eval_files()]:
+            self._parse(path)
+
+    @abc.abstractmethod
+    def _parse(self, path: Path) -> None:
+        """Read one of the run's files as the task's reader does (its errors name the file and the line)."""
+
     def loss_weight(self, arrays: dict[str, np.ndarray], index: np.ndarray) -> int:
         """How many terms the model's mean loss averages over in rows `index`: rows, for the heads whose
         loss is a mean over examples. Micro-batches and workers are weighted by it, so that together
@@ -127,6 +137,9 @@ class ClassificationAdapter(Adapter):
 
     def _read(self, path: Path) -> list[glue.Example]:
         return glue.read_examples(self.task.name, path, language=self.cfg.language, what=f"{self.task.name} file")
+
+    def _parse(self, path: Path) -> None:
+        self._read(path)
 
     def train_arrays(self) -> dict[str, np.ndarray]:
         path = self.train_file()
@@ -187,6 +200,9 @@ class SquadAdapter(Adapter):
         dev = Split("dev", self._version_files(self.task.dev_files), gold=True, required=True)
         return [(dev, find_file(self.data_dir, dev.files, "dev", self.task))]
 
+    def _parse(self, path: Path) -> None:
+        read_squad(path)
+
     def _features(self, path: Path, training: bool):
         version, examples = read_squad(path)
         if (version == "2.0") != bool(self.cfg.version_2) and not training:
@@ -236,6 +252,10 @@ class NerAdapter(Adapter):
 
     def config_overrides(self) -> dict[str, Any]:
         return {"num_labels": len(self.labels), "id2label": dict(enumerate(self.labels))}
+
+    def _parse(self, path: Path) -> None:
+        if path != self.train_file():  # read by __init__
+            conll.read_conll(path)
 
     def loss_weight(self, arrays: dict[str, np.ndarray], index: np.ndarray) -> int:
         # The token-classification loss is a mean over the labelled word pieces, not over sentences.

@@ -362,3 +362,23 @@ def test_without_a_terminal_the_log_says_where_the_epoch_is(minilm_dir, tmp_path
     lines = [r.getMessage() for r in caplog.records if r.getMessage().endswith("examples/s")]
     assert [line.split(",")[0] for line in lines] == ["epoch 1/1: update 1 of 2", "epoch 1/1: update 2 of 2"], lines
     assert "loss" in lines[-1] and "lr" in lines[-1]
+
+
+def test_a_broken_row_is_an_error_before_the_mlflow_run_opens(minilm_dir, tmp_path, monkeypatch):
+    """Every file of the run (train, dev, test) is read where the run is planned: a broken line in any of them
+    names the file and the line before run_step opens the MLflow run (a FAILED run was left behind for a bad
+    dev or train row) or a worker starts, and nothing is written."""
+    data = toy_tasks.write_sst2(tmp_path / "sst2", n_train=16, n_dev=8)
+    monkeypatch.setattr("bert_core.launch.run.build_tracker",
+                        lambda *a, **k: pytest.fail("an MLflow run was opened for broken input"))
+    cfg = FinetuneConfig(task="sst-2", data_dir=str(data), model=str(minilm_dir), output=str(tmp_path / "out"),
+                         epochs=1, max_seq_length=16, batch_size=8, tracking=True)
+    for name in ("train.tsv", "dev.tsv"):
+        good = (data / name).read_text()
+        lines = good.splitlines(keepends=True)
+        lines[3] = lines[3].replace("\t", " ")
+        (data / name).write_text("".join(lines))
+        with pytest.raises(BertPipelineError, match=rf"{name}, line 4: 1 tab-separated column"):
+            run_step(FINETUNE, cfg)
+        (data / name).write_text(good)
+    assert not (tmp_path / "out").exists()
