@@ -127,4 +127,6 @@ class TrackingConfig:
                             switch_help="log the run to MLflow")
     tracking_uri: str | None = option(None, "MLflow tracking URI", group=TRACKING, section=Form.STORAGE,
                                       metavar="URI",
-                                      default_help="$MLFLOW_TRACKING_URI, else sqlite:///$BERT_PIPELINE_HOME/mlflow.db")
+                                      default_help="$MLFLOW_TRACKING_URI, else (from the bert-pipeline CLI) the MLflow server of "
+                                                   "a stack up on $BERT_PIPELINE_HOME, else "
+                                                   "sqlite:///$BERT_PIPELINE_HOME/mlflow.db")
