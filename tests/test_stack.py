@@ -195,7 +195,7 @@ def test_ray_heads_extra_ports_are_none_of_its_own_nor_in_the_worker_range(tmp_p
             return ("127.0.0.1", self.port)
 
     monkeypatch.setattr("bert_core.launch.ports.socket.socket", OneChoice)
-    command = ray_head.spec(tmp_path, {"ray_dashboard": 8265, "ray_gcs": 6379}, num_cpus=2)["command"]
+    command = ray_head.spec(tmp_path, {"ray_dashboard": 8265, "ray_gcs": 6379, "mlflow": 5000}, num_cpus=2)["command"]
     assert command[command.index("--ray-client-server-port") + 1] == "41001"
     assert command[command.index("--dashboard-agent-listen-port") + 1] == "41002"
 

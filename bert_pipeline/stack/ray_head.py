@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from bert_core.launch.ports import free_ports
+from bert_pipeline.stack import mlflow_server
 from bert_pipeline.stack.health import http_ok
 from bert_pipeline.stack.service import Record, Service, base_env, executable
 
@@ -88,6 +89,10 @@ def spec(home: Path, ports: dict[str, int], num_cpus: int) -> Record:
                     "--ray-client-server-port", str(client_port),
                     "--dashboard-agent-listen-port", str(agent_port),
                     "--num-cpus", str(num_cpus), "--temp-dir", str(ray_tmp), "--disable-usage-stats"],
-        "env": own_env(home, base_env(home), ports), "url": url, "health_url": f"{url}/api/gcs_healthz",
+        # Its workers log to the stack's MLflow server, as Airflow's tasks do: a job on the head that uses the
+        # Python API (no CLI to find the server) would otherwise log to HOME/mlflow.db, which cannot reach the
+        # artifacts (mlflow-artifacts:) of the experiments the server made.
+        "env": {**own_env(home, base_env(home), ports), "MLFLOW_TRACKING_URI": mlflow_server.url(ports)},
+        "url": url, "health_url": f"{url}/api/gcs_healthz",
         "log": str(home / "stack" / "ray.log"), "address": gcs_address(ports), "temp_dir": str(ray_tmp),
     }

@@ -43,3 +43,16 @@ def test_a_setting_the_user_made_wins(tmp_path, monkeypatch):
     for name, env in _environments(tmp_path).items():
         assert env["RAY_COLOR_PREFIX"] == "1", name
         assert env["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] == LOG_ENV["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"], name
+
+
+def test_every_task_and_worker_process_logs_to_the_stacks_mlflow_server(tmp_path, monkeypatch):
+    """Airflow's tasks and the Ray head's workers (a `ray job submit` job using the Python API included) log to the
+    stack's MLflow server, never to HOME/mlflow.db (whose sqlite store cannot reach the server's artifacts), and
+    not to a server the user's shell pointed at."""
+    from bert_pipeline.stack import mlflow_server
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://elsewhere:5000")
+    server = mlflow_server.url(dict(DEFAULT_PORTS))
+    for name, env in _environments(tmp_path).items():
+        if name.startswith(("airflow standalone", "celery-worker", "ray head")):
+            assert env.get("MLFLOW_TRACKING_URI") == server, name
