@@ -123,12 +123,22 @@ def _bookkeeping(line: str) -> bool:
     return any(mark in line for mark in BOOKKEEPING) or ("XCom not found" in line and " offset=" in line)
 
 
+CHAINED = ("The above exception was the direct cause of the following exception:",
+           "During handling of the above exception, another exception occurred:")
+
+
 def _shorten_tracebacks(lines: list[str]) -> list[str]:
     """Each Python traceback down to its frame count, its last frame (where the error was raised) and the
-    exception line that follows; the whole traceback stays in the log."""
+    exception line that follows; the whole traceback stays in the log. A chained traceback whose exception says
+    what the one before it said (@bert_task re-raises a BertPipelineError as Airflow's AirflowFailException with
+    its message) is left out: the message once, where it was raised."""
     out: list[str] = []
     i = 0
     while i < len(lines):
+        if lines[i] in CHAINED and out and (end := _traceback_end(lines, i + 1)) is not None \
+                and _message(lines[end]) == _message(out[-1]):
+            i = end + 1
+            continue
         if lines[i] != "Traceback (most recent call last):":
             out.append(lines[i])
             i += 1
@@ -142,6 +152,22 @@ def _shorten_tracebacks(lines: list[str]) -> list[str]:
             out += [line for line in lines[frames[-1]:j] if line.strip(" ^~")]
         i = j
     return out
+
+
+def _traceback_end(lines: list[str], start: int) -> int | None:
+    """The index of the exception line of the traceback that starts at `start` (after a chaining line)."""
+    if start >= len(lines) or lines[start] != "Traceback (most recent call last):":
+        return None
+    j = start + 1
+    while j < len(lines) and lines[j].startswith(" "):
+        j += 1
+    return j if j < len(lines) else None
+
+
+def _message(exception_line: str) -> str:
+    # "package.module.Error: message" -> "message"
+    name, _, message = exception_line.partition(": ")
+    return message if message and " " not in name else exception_line
 
 
 def failure_text(result: DagRunResult) -> str:

@@ -189,6 +189,35 @@ def test_a_failed_tasks_log_tail_is_its_last_try_with_tracebacks_shortened(tmp_p
         "bert_core.errors.BertPipelineError: vocab.txt: no such file"]
 
 
+def test_a_verdict_re_raised_by_bert_task_is_shown_once(tmp_path):
+    """@bert_task re-raises a BertPipelineError as Airflow's AirflowFailException (no retries) with its message:
+    the excerpt shows the message once, where it was raised; another chained error stays."""
+    log_path = tmp_path / "run.log"
+    log_path.write_text("\n".join([
+        "starting task_id=plan map_index=-1",
+        "Traceback (most recent call last):",
+        '  File "/repo/operators/params.py", line 189, in check_conf_keys',
+        "    raise BertPipelineError(msg)",
+        "bert_core.errors.BertPipelineError: conf: unknown param(s) num_step (did you mean num_steps?)",
+        "",
+        "The above exception was the direct cause of the following exception:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "/repo/operators/airflow_tasks.py", line 130, in run',
+        "    raise AirflowFailException(str(exc)) from exc",
+        "airflow.sdk.exceptions.AirflowFailException: conf: unknown param(s) num_step (did you mean num_steps?)",
+        "During handling of the above exception, another exception occurred:",
+        "Traceback (most recent call last):",
+        '  File "/repo/x.py", line 1, in f',
+        "OSError: disk full",
+        "end task task_id=plan map_index=-1", ""]))
+    tail = task_log_tail(log_path, "plan", None)
+    assert [line for line in tail if "num_step" in line] == [
+        "bert_core.errors.BertPipelineError: conf: unknown param(s) num_step (did you mean num_steps?)"]
+    assert tail[-2:] == ['  File "/repo/x.py", line 1, in f', "OSError: disk full"]
+    assert "During handling of the above exception, another exception occurred:" in tail
+
+
 def test_conf_flags_and_run_directory(tmp_path):
     conf_file = tmp_path / "conf.json"
     conf_file.write_text('{"num_steps": 10,\n "lr": 1e-3}\n')
