@@ -3,7 +3,8 @@
 `bert-pipeline run bert_demo` with the demo's defaults (its work dir HOME/demo/<UTC timestamp>) and its summary:
 each model's metrics and registry decision, in words where a figure is at chance, and where everything is. The
 run view shows the tasks as they go; the components' own output is in the run's log file (--verbose: on the
-terminal); the run's report.html (operators/report) is written at the end, and its path printed.
+terminal); the run's report.html is written by the DAG's last task (`report`, operators/report/task.py), and
+its path printed.
 """
 
 from __future__ import annotations
