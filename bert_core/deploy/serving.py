@@ -196,13 +196,24 @@ class TaskPredictor:
         if not records:
             return []
         if self.kind == EMBEDDING:
-            texts = [_text(r, "text", i) for i, r in enumerate(records)]
+            texts = [self._field(r, "text", i) for i, r in enumerate(records)]
             return [{"embedding": [float(v) for v in e.sentence_vector]} for e in self.embedder(texts)]
         if self.kind == "squad":
             return self._squad(records)
         if self.kind == "ner":
             return self._ner(records)
         return self._classify(records)
+
+    def _field(self, record: dict[str, Any], name: str, row: int, required: bool = True) -> str | None:
+        """`_text`, and a text the tokenizer reads nothing from (only control, zero-width or other characters it
+        drops) is refused as an empty one is: a SQuAD context of no tokens has no window to read (it failed as
+        an unexpected error, HTTP 400 without our message), and a classification answered [CLS] [SEP] alone.
+        Only a text without a letter or digit is tokenized here, so real requests cost nothing more."""
+        value = _text(record, name, row, required)
+        if value is not None and not any(ch.isalnum() for ch in value) and not self.tokenizer.tokenize(value):
+            raise InvalidRequest(f"row {row}: field {name!r} has no text the model can read (only control, "
+                                 "zero-width or other characters its tokenizer drops)")
+        return value
 
     # -- batching: rows sorted by length, each batch padded to its longest row only
     def _run(self, ids: Sequence[Sequence[int]], segments: Sequence[Sequence[int]]) -> list[dict[str, np.ndarray]]:
@@ -218,8 +229,8 @@ class TaskPredictor:
         return out  # type: ignore[return-value]
 
     def _classify(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        texts = [_text(r, "text", i) for i, r in enumerate(records)]
-        pairs = [_text(r, "text_pair", i, required=self.pair) for i, r in enumerate(records)]
+        texts = [self._field(r, "text", i) for i, r in enumerate(records)]
+        pairs = [self._field(r, "text_pair", i, required=self.pair) for i, r in enumerate(records)]
         if not self.pair and any(p is not None for p in pairs):
             row = next(i for i, p in enumerate(pairs) if p is not None)
             raise InvalidRequest(f"row {row}: field 'text_pair': this {self.card.task} model reads one text per "
@@ -232,7 +243,7 @@ class TaskPredictor:
         return [outputs.classification(r["logits"], self.labels) for r in results]
 
     def _ner(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        texts = [_text(r, "text", i) for i, r in enumerate(records)]
+        texts = [self._field(r, "text", i) for i, r in enumerate(records)]
         spans = [outputs.word_spans(t) for t in texts]
         arrays, _, word_token = features.encode_words(self.tokenizer, texts, [[a for a, _ in s] for s in spans],
                                                       self.card.max_seq_length)
@@ -250,7 +261,7 @@ class TaskPredictor:
         from bert_core.finetune.tasks.squad import make_features, postprocess
         from bert_core.tasks.squad import SquadExample
 
-        examples = [SquadExample(str(i), _text(r, "question", i), _text(r, "context", i), ())
+        examples = [SquadExample(str(i), self._field(r, "question", i), self._field(r, "context", i), ())
                     for i, r in enumerate(records)]
         options = self.card.squad_options()
         feats = make_features(examples, self.tokenizer, self.card.max_seq_length, options.doc_stride,

@@ -147,6 +147,22 @@ def test_squad_needs_both_fields(models):
         TaskPredictor.from_model_dir(models["squad"])([{"question": "Where?"}])
 
 
+@pytest.mark.parametrize("kind, request_, field", [
+    ("squad", {"question": "Where?", "context": "\u200b"}, "context"),  # was an unexpected error: no window
+    ("squad", {"question": "\x00\x01", "context": "Hana lives in Quito."}, "question"),
+    ("sst-2", {"text": "\u200b\u200b"}, "text"),
+    ("ner", {"text": "\ufeff"}, "text"),
+    ("pretrained", {"text": "\u200b"}, "text"),
+])
+def test_a_field_the_tokenizer_reads_nothing_from_is_refused_like_an_empty_one(models, kind, request_, field):
+    ok = {"squad": {"question": "Where?", "context": "Hana lives in Quito."}}.get(kind, {"text": "fine"})
+    with pytest.raises(InvalidRequest, match=f"row 1: field '{field}' has no text the model can read"):
+        TaskPredictor.from_model_dir(models[kind])([ok, request_])
+    # Punctuation alone is text the model reads.
+    (answer,) = TaskPredictor.from_model_dir(models[kind])([{k: "?" for k in request_}])
+    assert answer
+
+
 def test_mlflow_pyfunc_signature_example_and_errors(models, tmp_path, monkeypatch):
     """The logged model is the task pyfunc: signature with the task's fields, an input example, raw text in;
     a bad request is MLflow's INVALID_PARAMETER_VALUE (HTTP 400 behind the server) with our message."""
