@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def read_requests(path: str) -> list[dict]:
     """Request records from a JSON Lines file or a JSON list; errors name the file and line."""
+    return read_numbered_requests(path)[0]
+
+
+def read_numbered_requests(path: str) -> tuple[list[dict], list[str]]:
+    """`read_requests`, and where each record is in the file (`PATH:LINE` of JSON Lines, `PATH: item N` of a
+    JSON list), for the errors about a request: the model numbers its rows from 0, skipping blank lines."""
     from bert_core.errors import BertPipelineError
 
     text = Path(path).read_text(encoding="utf-8")
@@ -70,7 +77,8 @@ def read_requests(path: str) -> list[dict]:
         if not isinstance(record, dict):
             raise BertPipelineError(f"{path}: {where} {number}: expected an object with the task's fields, got "
                                     f"{type(record).__name__}")
-    return [r for _, r in lines]
+    places = [f"{path}:{n}" if where == "line" else f"{path}: item {n}" for n, _ in lines]
+    return [r for _, r in lines], places
 
 
 @contextlib.contextmanager
@@ -105,11 +113,15 @@ def run(args: argparse.Namespace) -> int:
     if args.model is not None:
         from bert_core.deploy.serving import InvalidRequest
 
-        requests = read_requests(args.input)
+        requests, places = read_numbered_requests(args.input)
         with _predictor(args.model, args.batch_size, args.export) as predictor:
             try:
                 answers = predictor.predict(requests)
             except InvalidRequest as exc:
+                # "row 1: ..." is the second request, which is not line 1 of the file: name the line instead.
+                row = re.match(r"row (\d+): ", str(exc))
+                if row and int(row.group(1)) < len(places):
+                    raise BertPipelineError(f"{places[int(row.group(1))]}: {str(exc)[row.end():]}") from None
                 raise BertPipelineError(f"{args.input}: {exc}") from None
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)

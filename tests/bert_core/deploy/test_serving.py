@@ -142,6 +142,20 @@ def test_bad_requests_name_the_row_and_field(models, request_, message):
         TaskPredictor.from_model_dir(models["sst-2"])(request_)
 
 
+@pytest.mark.parametrize("text, where", [
+    ('{"text": "fine"}\n\n{"txt": "x"}\n', "requests.jsonl:3: field 'text' is missing (fields: txt)"),
+    ('[{"text": "fine"}, {"text": ""}]', "requests.jsonl: item 2: field 'text' is empty"),
+])
+def test_predict_names_the_line_of_a_bad_request(models, tmp_path, capsys, text, where):
+    from bert_pipeline.cli import main
+
+    (tmp_path / "requests.jsonl").write_text(text)
+    assert main(["predict", "--model", str(models["sst-2"]), str(tmp_path / "requests.jsonl"),
+                 "--output", str(tmp_path / "answers.jsonl")]) != 0
+    # Not "row 1" (the model's 0-based row, blank lines skipped) for the file's third line.
+    assert where in capsys.readouterr().err
+
+
 def test_squad_needs_both_fields(models):
     with pytest.raises(InvalidRequest, match="row 0: field 'context' is missing"):
         TaskPredictor.from_model_dir(models["squad"])([{"question": "Where?"}])
