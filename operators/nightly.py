@@ -286,11 +286,18 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
                          "(`time_to_accuracy/<config>`, CPU clock, evaluation.pretrain_convergence).",
                          [f for f in vs_last if f.key.startswith(SPEED_KEYS)]))
     vs_champion = []
+    # Which comparison a regressed key comes from, for the task's error (the report has it in its headings).
+    versus = {f"{name}/{k}": f" (champion v{s['version']} against the last good night)"
+              for name, s in champions.items() for k in s["metrics"]}
     for name, cand in sorted(candidates.items()):
         champ = champions[name]
-        found = compare({f"{name}/{k}": v for k, v in cand["metrics"].items()},
-                        {f"{name}/{k}": v for k, v in champ["metrics"].items()}, tolerances)
+        # Keyed as the MLflow metric of the candidate (`candidate/<model>/<metric>`), never as the champion's own
+        # `<model>/<metric>`: a candidate's regression read as the served champion's in the verdict and the error.
+        prefix = f"candidate/{name}"
+        found = compare({f"{prefix}/{k}": v for k, v in cand["metrics"].items()},
+                        {f"{prefix}/{k}": v for k, v in champ["metrics"].items()}, tolerances)
         vs_champion += found
+        versus.update({f.key: f" (candidate v{cand['version']} against champion v{champ['version']})" for f in found})
         notes.append(f"{name}: candidate v{cand['version']} against champion v{champ['version']}.")
     sections.append(("Newest candidates against their champions",
                      "The newest registered version of each model, on the same pinned data as its champion.",
@@ -340,6 +347,6 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
     if regressions:
         raise BertPipelineError("nightly regression: " + "; ".join(
             f"{f.key} {f.current if f.current is not None else 'missing'} vs {f.reference:.6g} (allowed drop "
-            f"{f.allowed_drop:.3g})" for f in regressions) + f"; report: {summary['report']}")
+            f"{f.allowed_drop:.3g}){versus.get(f.key, '')}" for f in regressions) + f"; report: {summary['report']}")
     log.info("nightly regression passed; report %s (MLflow run %s)", summary["report"], tracker.run_id)
     return summary

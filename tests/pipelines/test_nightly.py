@@ -117,7 +117,7 @@ def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, mi
     assert [r.data.tags["nightly.status"] for r in runs] == ["passed", "failed"]
     results = json.loads((tmp_path / "night2" / "report" / "results.json").read_text())
     regressed = {f["key"] for f in results["findings"] if f["regressed"]}
-    assert regressed == {"bert-sst-2/accuracy"}  # the candidate; the champion matched the last good night
+    assert regressed == {"candidate/bert-sst-2/accuracy"}  # the champion matched the last good night
     # The speed figures were compared with the last good night's, with their tolerances.
     compared = {f["key"]: f for f in results["findings"]}
     assert compared["time_to_accuracy/bert_2_64_2"]["allowed_drop"] == pytest.approx(
@@ -128,7 +128,8 @@ def test_nightly_passes_then_catches_a_worse_candidate(nightly_env, tmp_path, mi
     assert results["last_good_run"] == runs[0].info.run_id
     assert results["speed_reference_runs"] == [runs[0].info.run_id]  # the one good night so far
     report = (tmp_path / "night2" / "report" / "report.md").read_text()
-    assert "**FAILED: 1 regression(s)**" in report and "| bert-sst-2/accuracy |" in report
+    assert "**FAILED: 1 regression(s)**: candidate/bert-sst-2/accuracy" in report
+    assert "| candidate/bert-sst-2/accuracy |" in report and "| bert-sst-2/accuracy |" in report
     assert runs[1].data.metrics["candidate/bert-sst-2/accuracy"] < runs[1].data.metrics["bert-sst-2/accuracy"]
     # The champion alias did not move.
     assert registry.latest_versions("bert-sst-2")["champion"] == champion["candidate"]

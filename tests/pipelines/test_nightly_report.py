@@ -33,3 +33,23 @@ def test_the_speed_reference_nights_param_is_the_setting(home):
         # It logged the history plotted (a list of every night's metrics, cut at MLflow's limit) instead.
         assert _run(summary["mlflow_run_id"]).data.params["speed_reference_nights"] == "4"
     assert _run(summary["mlflow_run_id"]).data.params["quality_tolerance"] == "0.01"
+
+
+def test_a_worse_candidate_is_named_as_the_candidate_not_as_the_champion(home):
+    import json
+
+    from bert_core.errors import BertPipelineError
+    from operators import nightly
+
+    assert nightly.compare_and_report([SST2], {}, str(home / "night1"))["status"] == "passed"
+    candidate = {**SST2, "version": "2", "role": "candidate", "metrics": {"accuracy": 0.4}}
+    with pytest.raises(BertPipelineError) as failed:
+        nightly.compare_and_report([SST2, candidate], {}, str(home / "night2"))
+    # The champion's own key (`bert-sst-2/accuracy`, unchanged tonight) is not what regressed.
+    assert "candidate/bert-sst-2/accuracy 0.4 vs 0.9" in str(failed.value)
+    assert "(candidate v2 against champion v1)" in str(failed.value)
+    results = json.loads((home / "night2" / "report" / "results.json").read_text())
+    status = {f["key"]: f["regressed"] for f in results["findings"]}
+    assert status == {"bert-sst-2/accuracy": False, "candidate/bert-sst-2/accuracy": True}
+    report = (home / "night2" / "report" / "report.md").read_text()
+    assert "**FAILED: 1 regression(s)**: candidate/bert-sst-2/accuracy" in report
