@@ -160,6 +160,15 @@ class TaskPredictor:
         if export_dir is not None:
             runner = _ExportRunner(export_dir, card.kind, quantized)
             model_config = runner.config
+            # Requests are cut (and SQuAD contexts windowed) at the card's max_seq_length, as in training: a graph
+            # made for shorter rows refused every request longer than it, which the short check examples that
+            # promotion runs did not show.
+            limit = runner.model.meta["max_seq_length"]
+            if limit < card.max_seq_length:
+                raise BertPipelineError(
+                    f"{export_dir}: the export takes at most {limit} tokens, but {directory} was fine-tuned and is "
+                    f"served at max_seq_length {card.max_seq_length} (its task.json): longer requests would fail; "
+                    f"export it again with --max-seq-length {card.max_seq_length} or more")
         else:
             model = HEADS[card.kind].from_pretrained(str(directory)).eval().to(device)
             runner = _TorchRunner(model, card.kind, device)

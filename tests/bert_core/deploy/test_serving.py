@@ -217,6 +217,17 @@ def test_mlflow_pyfunc_signature_example_and_errors(models, tmp_path, monkeypatc
     assert examples == len(checks) and problems and problems[0].startswith("check example 0: start: expected")
 
 
+def test_an_export_shorter_than_the_model_is_served_at_is_refused(models, tmp_path):
+    from bert_core.deploy.export import ExportConfig, export
+    from bert_core.errors import BertPipelineError
+
+    export(ExportConfig(task="classification", model=str(models["sst-2"] / "model"), output=str(tmp_path / "short"),
+                        dynamic_batch=True, dynamic_seq=True, max_seq_length=16))
+    # The card says 32: a 20-token request failed (as a 400 without our message behind a server) once served.
+    with pytest.raises(BertPipelineError, match="export it again with --max-seq-length 32 or more"):
+        TaskPredictor.from_model_dir(models["sst-2"], export_dir=tmp_path / "short")
+
+
 def test_a_registered_export_serves_its_onnx_graph(models, tmp_path, monkeypatch, capsys):
     """`bert-pipeline export --register NAME --promote`: the version serves the export's graph on ONNX Runtime
     (dynamic batch and length), and promotion's served-artifact check passes on its scored examples."""
