@@ -91,8 +91,10 @@ def spec(home: Path, ports: dict[str, int], num_cpus: int) -> Record:
                     "--num-cpus", str(num_cpus), "--temp-dir", str(ray_tmp), "--disable-usage-stats"],
         # Its workers log to the stack's MLflow server, as Airflow's tasks do: a job on the head that uses the
         # Python API (no CLI to find the server) would otherwise log to HOME/mlflow.db, which cannot reach the
-        # artifacts (mlflow-artifacts:) of the experiments the server made.
-        "env": {**own_env(home, base_env(home), ports), "MLFLOW_TRACKING_URI": mlflow_server.url(ports)},
+        # artifacts (mlflow-artifacts:) of the experiments the server made. (A head without a stack's MLflow,
+        # the tests' bare one, has no server to name.)
+        "env": {**own_env(home, base_env(home), ports),
+                **({"MLFLOW_TRACKING_URI": mlflow_server.url(ports)} if "mlflow" in ports else {})},
         "url": url, "health_url": f"{url}/api/gcs_healthz",
         "log": str(home / "stack" / "ray.log"), "address": gcs_address(ports), "temp_dir": str(ray_tmp),
     }

@@ -77,12 +77,16 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "AIRFLOW__CORE__LOAD_EXAMPLES": ("local",),
     "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": ("local",),
     "RAY_AUTH_MODE": ("local",),
-    "COLUMNS": ("local",),
-    "BERT_PIPELINE_WORKER_HOSTNAME": ("local",),  # each Celery worker's host name in the production profile  # the terminal's width, for the live run view of `demo` / `run`
+    "COLUMNS": ("local",),  # the terminal's width, for the live run view of `demo` / `run`
+    "BERT_PIPELINE_WORKER_HOSTNAME": ("local",),  # each Celery worker's host name in the production profile
     # Set by the project for its own processes: MLflow's download bars off while a report is built; Ray Train's
-    # preemption watcher off on a single-machine instance (there is no node to be preempted).
+    # preemption watcher off on a single-machine instance (there is no node to be preempted); the dashboard of
+    # the local Ray instance connect() starts, named to its workers; MLflow's own logger set-up off on a Ray
+    # worker of an Airflow task (bert_core.logs).
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": ("runtime",),
     "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": ("runtime",),
+    "RAY_API_SERVER_ADDRESS": ("runtime",),
+    "MLFLOW_CONFIGURE_LOGGING": ("runtime",),
 }
 # Read by Ray itself, not by our code: the token the cluster checks, which Airflow's job submissions must carry.
 RAY_AUTH = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")

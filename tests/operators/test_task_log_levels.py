@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DAG = '''
 import logging
 import sys
+import time
 
 from airflow.sdk import dag
 
@@ -56,7 +57,11 @@ def train():
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the DAG file is no module a worker imports
     connect(local_cpus=1, include_dashboard=False)
     try:
-        return ray.get(ray.remote(work).options(runtime_env={"env_vars": worker_env()}).remote())
+        result = ray.get(ray.remote(work).options(runtime_env={"env_vars": worker_env()}).remote())
+        # Ray's log monitor forwards a worker's lines to the driver by polling its log files: a shutdown right
+        # after the result can beat it (seen on a loaded machine: none of the worker's lines in the task log).
+        time.sleep(3)
+        return result
     finally:
         ray.shutdown()
 
