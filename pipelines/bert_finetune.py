@@ -91,8 +91,11 @@ def bert_finetune():
         return ops.register_and_promote(evaluated, evaluated["registry"])
 
     @bert_task
-    def summary(results: list[dict], specs: list[dict]) -> dict:
-        return ops.summarize(list(results), f"{specs[0]['registry']}/summary.json",
+    def summary(results: list[dict] | dict, specs: list[dict]) -> dict:
+        # Airflow 3.2+ hands the output of a mapped group that expanded once as the bare value, not a one-item
+        # list (apache/airflow#69036): a run of one task.
+        results = [results] if isinstance(results, dict) else list(results)
+        return ops.summarize(results, f"{specs[0]['registry']}/summary.json",
                              [registry.model_name(spec["task"]) for spec in specs])
 
     # Each task's chain on its own: in a mapped task group, evaluate[i] waits for finetune[i] only, so one task

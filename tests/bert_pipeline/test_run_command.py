@@ -128,3 +128,22 @@ def test_a_failed_fine_tuning_task_leaves_the_others_to_be_evaluated_and_registe
     assert f"Report (open it in a browser): {run_dir / 'report.html'}" in done.stdout
     html = (run_dir / "report.html").read_text()
     assert "This run failed" in html and "sts-b" in html
+
+
+def test_a_fine_tuning_run_of_one_task_ends_with_its_summary(tmp_path):
+    """Airflow 3.2+ hands a mapped group's output, when the group expanded once, as the bare value rather than a
+    one-item list (apache/airflow#69036): bert_finetune's summary of a one-task run failed on it."""
+    from tests.tiny_bert import write_tiny_bert
+    from tests.toy_tasks import write_sst2
+
+    conf = {"tasks": {"sst-2": str(write_sst2(tmp_path / "sst2"))}, "model": str(write_tiny_bert(tmp_path / "tiny")),
+            "epochs": 1, "batch_size": 16, "max_seq_length": 32}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BERT_PIPELINE_HOME", "RAY_ADDRESS",
+                                                                    "MLFLOW"))}
+    done = subprocess.run([sys.executable, "-m", "bert_pipeline.cli", "run", "bert_finetune", "--conf",
+                           json.dumps(conf), "--home", str(tmp_path / "home")], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = Path(done.stdout.splitlines()[0].split()[2]).parent
+    summary = json.loads((run_dir / "registry" / "summary.json").read_text())
+    assert [m["name"] for m in summary["models"]] == ["bert-sst-2"]
