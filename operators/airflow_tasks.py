@@ -62,6 +62,8 @@ def s3_credentials_from_connection() -> Iterator[None]:
     try:
         conn = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
+        conn = None
+    if conn is None:  # yielded outside the except: the task's own errors must not chain to the lookup's
         yield
         return
     extra = conn.extra_dejson or {}

@@ -69,6 +69,11 @@ def test_s3_credentials_come_from_the_connection_and_are_masked(monkeypatch):
     monkeypatch.setenv("BERT_PIPELINE_AWS_CONN_ID", "no_such_connection")
     with s3_credentials_from_connection():  # no connection: nothing set, no error
         assert "AWS_ACCESS_KEY_ID" not in os.environ
+    # ... and no trace of the lookup in the task's own error: it was raised "during handling" of the connection's
+    # AirflowNotFoundException, and every failed task's excerpt led with "conn_id ... isn't defined".
+    with pytest.raises(AttributeError) as raised, s3_credentials_from_connection():
+        raise AttributeError("'str' object has no attribute 'get'")
+    assert raised.value.__context__ is None
 
 
 def test_each_task_try_is_recorded_in_its_run_directory(tmp_path, monkeypatch):
