@@ -178,8 +178,10 @@ def _worse(metric: str, candidate: float, reference: float) -> bool:
 
 
 def decide(candidate: dict[str, float], champion: dict[str, float] | None, gates: tuple[str, ...],
-           floors: dict[str, float]) -> tuple[bool, list[str]]:
-    """(promote?, reasons). Pure: the rule itself, without MLflow."""
+           floors: dict[str, float], chance: dict[str, float] | None = None) -> tuple[bool, list[str]]:
+    """(promote?, reasons). Pure: the rule itself, without MLflow. `chance`: what a model that ignores its input
+    scores on the same dev data (bert_core.metrics.scoring.chance_metrics); a gate metric must beat it, so that
+    a first model at chance (no champion to compare with, no floor for its task) is not promoted."""
     reasons: list[str] = []
     for metric in dict.fromkeys([*gates, *floors]):
         value = candidate.get(metric)
@@ -189,6 +191,10 @@ def decide(candidate: dict[str, float], champion: dict[str, float] | None, gates
         floor = floors.get(metric)
         if floor is not None and _worse(metric, value, floor):
             reasons.append(f"{metric}: {value:.6g} is below the floor {floor:.6g}")
+        level = (chance or {}).get(metric)
+        if metric in gates and level is not None and not _worse(metric, level, value):
+            reasons.append(f"{metric}: {value:.6g} is no better than chance {level:.6g} (a model that ignores its "
+                           "input: always the dev set's most frequent label, or a constant score)")
         if metric in gates and champion is not None and metric in champion and _worse(metric, value, champion[metric]):
             reasons.append(f"{metric}: {value:.6g} is worse than the champion's {champion[metric]:.6g}")
     return not reasons, reasons
@@ -197,7 +203,7 @@ def decide(candidate: dict[str, float], champion: dict[str, float] | None, gates
 def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None = None,
             floors: dict[str, float] | None = None, tracking_uri: str | None = None,
             report_path: str | Path | None = None, require_heldout: bool = False,
-            check_serving: bool = True) -> dict[str, Any]:
+            check_serving: bool = True, chance: dict[str, float] | None = None) -> dict[str, Any]:
     """Move `champion` to `name`/`version` if its gates pass; the replaced champion becomes `previous`.
 
     check_serving: before the alias moves, the registered pyfunc is loaded as `mlflow models serve` loads it
@@ -227,7 +233,7 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
 
     def judge(served: dict[str, Any] | None) -> tuple[str | None, dict[str, float] | None, bool, list[str]]:
         return _judge(client, name, version, candidate, gates, floors,
-                      registered.tags.get("metrics_on") if require_heldout else "held-out", served)
+                      registered.tags.get("metrics_on") if require_heldout else "held-out", served, chance)
 
     served: dict[str, Any] | None = None
     while True:
@@ -244,7 +250,7 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
                 "promoted": promoted, "champion_after": version if promoted else champion_version,
                 "previous_after": champion_version if promoted and champion_version != version
                 else current_version(client, name, PREVIOUS),
-                "gates": list(gates), "floors": floors, "candidate_metrics": candidate,
+                "gates": list(gates), "floors": floors, "chance": dict(chance or {}), "candidate_metrics": candidate,
                 "champion_metrics": champion, "reasons": reasons, "decided_at": now(), "serving_check": served,
             }
             ticket.check()
@@ -268,8 +274,8 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
 
 
 def _judge(client, name: str, version: str, candidate: dict[str, float], gates: tuple[str, ...],
-           floors: dict[str, float], metrics_on: str | None,
-           served: dict[str, Any] | None) -> tuple[str | None, dict[str, float] | None, bool, list[str]]:
+           floors: dict[str, float], metrics_on: str | None, served: dict[str, Any] | None,
+           chance: dict[str, float] | None = None) -> tuple[str | None, dict[str, float] | None, bool, list[str]]:
     """(champion version, its metrics, promote?, reasons) against the champion as the registry has it now.
     `metrics_on`: where the candidate was scored when held-out data is required ("held-out" otherwise);
     `served`: the serving check's result, None when not (yet) run."""
@@ -277,7 +283,7 @@ def _judge(client, name: str, version: str, candidate: dict[str, float], gates: 
     champion = version_metrics(client, name, champion_version) if champion_version else None
     if champion_version == version:
         return champion_version, champion, True, ["already the champion"]
-    promoted, reasons = decide(candidate, champion, gates, floors)
+    promoted, reasons = decide(candidate, champion, gates, floors, chance)
     if metrics_on != "held-out":
         promoted = False
         reasons.append(f"its metrics were measured on {metrics_on or 'unrecorded data'}, not on held-out data")

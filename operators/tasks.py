@@ -205,6 +205,7 @@ def evaluate(finetuned: dict[str, Any], output: str) -> dict[str, Any]:
 
     from bert_core.finetune.step import SCORED, score_output
     from bert_core.io import manifest, storage
+    from bert_core.metrics.scoring import chance_metrics
     from bert_core.tasks import catalog as tasks
 
     started = manifest.now()
@@ -219,13 +220,15 @@ def evaluate(finetuned: dict[str, Any], output: str) -> dict[str, Any]:
             for name in files:
                 storage.download_file(storage.join(source, name), pred_dir / name)
         metrics = score_output(pred_dir, gold_dir, task.name)
+        # What ignoring the input scores on the same dev file: promotion's bar for a first model (registry.decide).
+        chance = chance_metrics(task.name, gold_dir / scored[0]["gold_file"], language=scored[0]["language"])
         inputs = {storage.join(source, name): manifest.sha256_file(pred_dir / name) for name in files}
         inputs.update({str(gold_dir / e["gold_file"]): manifest.sha256_file(gold_dir / e["gold_file"]) for e in scored})
     with storage.atomic_output_dir(output, overwrite=True) as out:
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         manifest.write(manifest.build("evaluate", {"task": task.name}, inputs, out, ["metrics.json"], started,
                                       metrics=metrics), out)
-    return {**finetuned, "metrics": metrics, "evaluation": output}
+    return {**finetuned, "metrics": metrics, "chance": chance, "evaluation": output}
 
 
 def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool = True,
@@ -246,7 +249,7 @@ def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool
                 "candidate_metrics": registered["metrics"]}
     from bert_core.io import storage
     report = registry.promote(name, registered["version"], floors=floors,
-                              require_heldout=name == registry.PRETRAINED,
+                              require_heldout=name == registry.PRETRAINED, chance=trained.get("chance"),
                               report_path=storage.join(report_dir, f"{name}-v{registered['version']}.json"))
     if not report["promoted"]:
         log.warning("%s version %s was registered but not promoted: %s", name, registered["version"],

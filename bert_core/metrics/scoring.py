@@ -20,3 +20,22 @@ def score_predictions(task: str, gold: str | Path, predictions: str | Path,
         return ner.evaluate_ner_files(gold, predictions)
     gold_task = "mnli-mm" if info.name == "mnli" and "mismatched" in Path(gold).name else info.name
     return glue.evaluate_glue_files(gold_task, gold, predictions, language=language)
+
+
+def chance_metrics(task: str, gold: str | Path, language: str | None = None) -> dict[str, float]:
+    """What a model that ignores its input scores on the gold file, per metric of a GLUE/XNLI task: always the
+    dev set's most frequent label for classification (accuracy, F1 and MCC of that constant answer: MRPC's
+    majority scores F1 81), 0 for a regression's correlations (a constant has none). Empty for SQuAD and NER,
+    whose scorers give such an answer 0 anyway (SQuAD 2.0's all-unanswerable aside)."""
+    from collections import Counter
+
+    info = catalog.get(task)
+    if info.kind not in ("classification", "regression"):
+        return {}
+    gold_task = "mnli-mm" if info.name == "mnli" and "mismatched" in Path(gold).name else info.name
+    golds = glue.read_gold_labels(gold_task, gold, language=language)
+    metrics = glue.TASK_METRICS[glue.task_key(gold_task)]
+    if info.kind == "regression":
+        return {name: 0.0 for name in metrics}
+    majority = Counter(golds).most_common(1)[0][0]
+    return glue.glue_metrics(gold_task, golds, [majority] * len(golds))

@@ -168,6 +168,7 @@ def gate_rows(decision: dict[str, Any]) -> list[list[str]]:
 
     candidate, champion = decision.get("candidate_metrics") or {}, decision.get("champion_metrics")
     gates, floors = list(decision.get("gates") or []), dict(decision.get("floors") or {})
+    chance = dict(decision.get("chance") or {})
     rows = []
     for metric in dict.fromkeys([*gates, *floors]):
         compared = champion if metric in gates and champion and decision.get("champion_before") != decision.get(
@@ -175,7 +176,8 @@ def gate_rows(decision: dict[str, Any]) -> list[list[str]]:
         ok, reasons = decide({metric: candidate[metric]} if metric in candidate else {},
                              {metric: compared[metric]} if compared and metric in compared else None,
                              (metric,) if metric in gates else (),
-                             {metric: floors[metric]} if metric in floors else {})
+                             {metric: floors[metric]} if metric in floors else {},
+                             {metric: chance[metric]} if metric in chance else None)
         role = "gate and floor" if metric in gates and metric in floors else ("gate" if metric in gates else "floor")
         verdict = (_td("passes", css="ok") if ok else _td("; ".join(r.split(": ", 1)[-1] for r in reasons),
                                                            css="fail"))

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from operators import registry
+from tests.paths import FIXTURES
 from tests.tiny_bert import write_tiny_bert
 
 
@@ -87,6 +88,34 @@ def test_lower_is_better_and_names(store):
     assert registry.model_name("SST-2") == "bert-sst-2" and registry.model_name(None) == "bert-pretrained"
     assert registry.default_gates("bert-cola") == ("mcc",)
     assert registry.decide({"f1": 1.0}, None, ("f1",), {"f1": 1.0}) == (True, [])
+
+
+def test_a_first_model_must_beat_chance_on_its_gate_metrics():
+    """A task without a floor (STS-B, MRPC, CoLA ...) and no champion yet: a model no better than one that ignores
+    its input (the dev set's majority label; a constant score's correlation 0) is not promoted. Seen: a bert-sts-b
+    at pearson -0.03 became champion."""
+    chance = {"pearson": 0.0, "spearman": 0.0}
+    promoted, reasons = registry.decide({"pearson": -0.0339, "spearman": 0.0714}, None, ("pearson", "spearman"), {},
+                                        chance)
+    assert not promoted and reasons == [
+        "pearson: -0.0339 is no better than chance 0 (a model that ignores its input: always the dev set's most "
+        "frequent label, or a constant score)"]
+    # MRPC's majority answer scores F1 0.812: a model at 0.822 / 0.708 beats it on both gates.
+    mrpc = {"accuracy": 0.6838, "f1": 0.8122}
+    assert registry.decide({"f1": 0.822, "accuracy": 0.708}, None, ("f1", "accuracy"), {}, mrpc) == (True, [])
+    assert not registry.decide({"f1": 0.8122, "accuracy": 0.708}, None, ("f1", "accuracy"), {}, mrpc)[0]
+    # Chance is no bar for a metric that is not a gate, nor where none was measured.
+    assert registry.decide({"f1": 0.9, "accuracy": 0.5}, None, ("f1",), {}, mrpc) == (True, [])
+    assert registry.decide({"f1": 0.5}, None, ("f1",), {}, None) == (True, [])
+
+
+def test_chance_levels_score_a_constant_answer():
+    from bert_core.metrics.scoring import chance_metrics
+
+    mrpc = chance_metrics("mrpc", FIXTURES / "glue" / "MRPC" / "dev.tsv")
+    assert set(mrpc) == {"accuracy", "f1"} and 0 < mrpc["accuracy"] < 1
+    assert chance_metrics("sts-b", FIXTURES / "glue" / "STS-B" / "dev.tsv") == {"pearson": 0.0, "spearman": 0.0}
+    assert chance_metrics("squad", "unused.json") == {}
 
 
 def test_pretrained_gate_refuses_chance_level_and_training_data_scores(store, tmp_path):
