@@ -393,15 +393,21 @@ def test_s3_shards_checkpoints_and_output(cfg, data, s3, tmp_path, monkeypatch):
         check_inputs(cfg(**common, resume="latest"))
 
 
-def test_output_carries_the_vocab_the_shards_were_made_with(cfg, tmp_path):
-    """make-shards records `vocab: {uri, sha256, size}` in its manifest: the size is checked against the
-    model, and the file goes into the model directory."""
+def _shards_with_their_vocab(tmp_path):
+    """One shard whose make-shards manifest records the 40-token vocab it was made with: (dir, vocab, manifest)."""
     data = write_shards(tmp_path / "shards", num_shards=1)
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("".join(f"tok{i}\n" for i in range(40)))
     meta = json.loads((data / "manifest.json").read_text())
     meta["vocab"] = {"uri": str(vocab), "sha256": manifest.sha256_file(vocab), "size": 40}
     (data / "manifest.json").write_text(json.dumps(meta))
+    return data, vocab, meta
+
+
+def test_output_carries_the_vocab_the_shards_were_made_with(cfg, tmp_path):
+    """make-shards records `vocab: {uri, sha256, size}` in its manifest: the size is checked against the
+    model, and the file goes into the model directory."""
+    data, vocab, meta = _shards_with_their_vocab(tmp_path)
     pretrain(cfg(data=str(data), num_steps=1, batch_size=8))
     assert (tmp_path / "out" / "vocab.txt").read_text() == vocab.read_text()
     meta["vocab"]["size"] = 30522
@@ -414,12 +420,7 @@ def test_a_wrong_vocab_is_an_error_before_training(cfg, tmp_path, monkeypatch):
     """--vocab is checked with the shards, before any step: a missing file, one larger than the model's
     vocab_size, or another vocab than the shards' make-shards manifest records each name --vocab and the file;
     no step runs and nothing is written (it used to fail after the whole run, writing the model directory)."""
-    data = write_shards(tmp_path / "shards", num_shards=1)
-    vocab = tmp_path / "vocab.txt"
-    vocab.write_text("".join(f"tok{i}\n" for i in range(40)))
-    meta = json.loads((data / "manifest.json").read_text())
-    meta["vocab"] = {"uri": str(vocab), "sha256": manifest.sha256_file(vocab), "size": 40}
-    (data / "manifest.json").write_text(json.dumps(meta))
+    data, _, _ = _shards_with_their_vocab(tmp_path)
     other = tmp_path / "other.txt"
     other.write_text("".join(f"word{i}\n" for i in range(40)))
     big = tmp_path / "big.txt"
