@@ -57,7 +57,12 @@ HEADS = {"classification": BertForSequenceClassification, "regression": BertForS
 
 
 class InvalidRequest(BertPipelineError):
-    """A request this model cannot answer; the message names the row and the field."""
+    """A request this model cannot answer; the message names the row (0-based, `row`) and the field, so a caller
+    that read the rows from a file can name the line instead (`detail`: the message without the row)."""
+
+    def __init__(self, detail: str, row: int | None = None):
+        super().__init__(detail if row is None else f"row {row}: {detail}")
+        self.detail, self.row = detail, row
 
 
 def _records(model_input: Any) -> list[dict[str, Any]]:
@@ -84,8 +89,8 @@ def _records(model_input: Any) -> list[dict[str, Any]]:
             elif isinstance(row, Mapping):
                 rows.append(dict(row))
             else:
-                raise InvalidRequest(f"row {i}: expected an object with named fields or a string, got "
-                                     f"{type(row).__name__}")
+                raise InvalidRequest(f"expected an object with named fields or a string, got "
+                                     f"{type(row).__name__}", row=i)
         return rows
     raise InvalidRequest(f"expected records (a list of objects), got {type(model_input).__name__}")
 
@@ -94,15 +99,15 @@ def _text(record: dict[str, Any], name: str, row: int, required: bool = True) ->
     value = record.get(name)
     if value is None or (isinstance(value, float) and math.isnan(value)):  # a DataFrame's missing cell
         if required:
-            raise InvalidRequest(f"row {row}: field {name!r} is missing (fields: "
-                                 f"{', '.join(sorted(record)) or 'none'})")
+            raise InvalidRequest(f"field {name!r} is missing (fields: "
+                                 f"{', '.join(sorted(record)) or 'none'})", row=row)
         return None
     if not isinstance(value, str):
-        raise InvalidRequest(f"row {row}: field {name!r} must be a string, got {type(value).__name__}")
+        raise InvalidRequest(f"field {name!r} must be a string, got {type(value).__name__}", row=row)
     if not value.strip():
-        raise InvalidRequest(f"row {row}: field {name!r} is empty")
+        raise InvalidRequest(f"field {name!r} is empty", row=row)
     if len(value) > MAX_CHARS:
-        raise InvalidRequest(f"row {row}: field {name!r} has {len(value):,} characters; the limit is {MAX_CHARS:,}")
+        raise InvalidRequest(f"field {name!r} has {len(value):,} characters; the limit is {MAX_CHARS:,}", row=row)
     return value
 
 
@@ -220,8 +225,8 @@ class TaskPredictor:
         Only a text without a letter or digit is tokenized here, so real requests cost nothing more."""
         value = _text(record, name, row, required)
         if value is not None and not any(ch.isalnum() for ch in value) and not self.tokenizer.tokenize(value):
-            raise InvalidRequest(f"row {row}: field {name!r} has no text the model can read (only control, "
-                                 "zero-width or other characters its tokenizer drops)")
+            raise InvalidRequest(f"field {name!r} has no text the model can read (only control, "
+                                 "zero-width or other characters its tokenizer drops)", row=row)
         return value
 
     # -- batching: rows sorted by length, each batch padded to its longest row only
@@ -242,8 +247,8 @@ class TaskPredictor:
         pairs = [self._field(r, "text_pair", i, required=self.pair) for i, r in enumerate(records)]
         if not self.pair and any(p is not None for p in pairs):
             row = next(i for i, p in enumerate(pairs) if p is not None)
-            raise InvalidRequest(f"row {row}: field 'text_pair': this {self.card.task} model reads one text per "
-                                 "example: remove it")
+            raise InvalidRequest(f"field 'text_pair': this {self.card.task} model reads one text per "
+                                 "example: remove it", row=row)
         encodings = self.tokenizer.encode_batch(texts, pairs if self.pair else None,
                                                 max_length=self.card.max_seq_length, truncation="longest_first")
         results = self._run([e.ids for e in encodings], [e.segment_ids for e in encodings])

@@ -49,15 +49,13 @@ from bert_core.model.tokenization import BertTokenizer
 from bert_core.model.weights import resolve_model_dir, save_state_dict
 from bert_core.tasks import catalog
 from bert_core.train import dist
-from bert_core.train.loop import optimizer_step
+from bert_core.train.loop import PROGRESS_LINE_S, optimizer_step
 from bert_core.train.optim import build_optimizer, build_scheduler
 from bert_core.train.precision import Precision, PrecisionChoice, agreed, resolve_precision
 from bert_core.train.step_spec import Plan, StepSpec, Worker
 
 log = logging.getLogger(__name__)
 
-# How often a run without a progress bar says where it is in the epoch (as pretraining's PROGRESS_LINE_S).
-PROGRESS_LINE_S = 30.0
 PREDICTIONS_ARTIFACT = "predictions"  # MLflow artifact path of the prediction files
 
 SCORED = "scored.json"  # in an output (and each epoch's predictions): the files the dev metrics come from
@@ -325,7 +323,7 @@ def train(cfg: FinetuneConfig, tracker: Tracker, prepared: Prepared,
                 if bar.disable and rank == 0 and time.monotonic() - last_line >= PROGRESS_LINE_S:
                     last_line = time.monotonic()
                     log.info("epoch %d/%d: update %d of %d, loss %.4f, lr %.2e, %.1f examples/s", epoch + 1,
-                             cfg.epochs, first // cfg.accumulate + 1, -(-len(micro) // cfg.accumulate), step_loss, result.lr,
+                             cfg.epochs, first // cfg.accumulate + 1, len(bar), step_loss, result.lr,
                              seen / (time.perf_counter() - t0))
             epoch_metrics = {"train_loss": loss_sum / max(1, len(bar))}
             epoch_dir = scratch / f"epoch-{epoch + 1}"
@@ -438,7 +436,7 @@ def _plan(cfg: FinetuneConfig) -> Plan:
     done = _existing_result(cfg, prepared)
     if done is None:
         prepared.adapter.check_files()
-    if done is not None:
+    else:
         log.info("%s already holds this fine-tuning result (same config and inputs): nothing to do", cfg.output)
     return Plan(prepared.inputs, done)
 

@@ -65,7 +65,7 @@ from bert_core.train.checkpointing import (
     restore_rng,
     write_training_state,
 )
-from bert_core.train.loop import optimizer_step
+from bert_core.train.loop import PROGRESS_LINE_S, optimizer_step
 from bert_core.train.optim import build_optimizer, build_scheduler
 from bert_core.train.precision import Precision
 from bert_core.train.step_spec import Plan, Preemption, StepHook, StepSpec, Worker
@@ -538,10 +538,6 @@ def _report_verdict(verdict, tracker: Tracker) -> None:
         return
     # One sentence: the final figures against chance, then what the check points saw earlier.
     log.log(logging.WARNING if verdict.status in ("not_learning", "warned") else logging.INFO, "%s", verdict.summary)
-
-
-# How often a run without a progress bar says where it is (a task log otherwise goes quiet for the whole run).
-PROGRESS_LINE_S = 30.0
 
 
 def _log_interval(tracker: Tracker, bar: tqdm, interval: _Interval, result, step: int) -> dict[str, float]:

@@ -11,6 +11,10 @@ from bert_core.errors import BertPipelineError
 from bert_core.train.optim import clip_grad_norm, folds_clipping, release_clipping
 from bert_core.train.precision import Precision
 
+# How often a run without a progress bar (a task log, `ray job submit`, nohup) logs where it is: pretraining's
+# steps and fine-tuning's updates, which otherwise go quiet for the whole run or epoch.
+PROGRESS_LINE_S = 30.0
+
 
 class NonFiniteLossError(BertPipelineError):
     """The loss or the gradients became NaN/inf without loss scaling: training diverged."""

@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,10 +117,9 @@ def run(args: argparse.Namespace) -> int:
             try:
                 answers = predictor.predict(requests)
             except InvalidRequest as exc:
-                # "row 1: ..." is the second request, which is not line 1 of the file: name the line instead.
-                row = re.match(r"row (\d+): ", str(exc))
-                if row and int(row.group(1)) < len(places):
-                    raise BertPipelineError(f"{places[int(row.group(1))]}: {str(exc)[row.end():]}") from None
+                # The model's row 1 is the second request, not line 1 of the file: name the line instead.
+                if exc.row is not None and exc.row < len(places):
+                    raise BertPipelineError(f"{places[exc.row]}: {exc.detail}") from None
                 raise BertPipelineError(f"{args.input}: {exc}") from None
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
