@@ -58,9 +58,17 @@ def model_name(task: str | None) -> str:
     return f"bert-{tasks.get(task).name}"
 
 
-def default_gates(name: str) -> tuple[str, ...]:
+# SQuAD 2.0's official scorer names exact match "exact" where v1.1's says "exact_match"; bert-squad holds either.
+SQUAD_V2_NAMES = {"exact_match": "exact"}
+
+
+def default_gates(name: str, candidate: dict[str, float] | None = None) -> tuple[str, ...]:
+    """The gates of `name` when the caller names none; `candidate`: its metrics, which say a SQuAD model's version."""
     if name in DEFAULT_GATES:
-        return DEFAULT_GATES[name]
+        gates = DEFAULT_GATES[name]
+        if candidate is not None and name == "bert-squad" and "exact_match" not in candidate:
+            gates = tuple(SQUAD_V2_NAMES.get(gate, gate) for gate in gates)
+        return gates
     from bert_core.tasks import catalog as tasks
 
     return (tasks.get(name.removeprefix("bert-")).main_metric,)
@@ -194,7 +202,7 @@ def decide(candidate: dict[str, float], champion: dict[str, float] | None, gates
         level = (chance or {}).get(metric)
         if metric in gates and level is not None and not _worse(metric, level, value):
             reasons.append(f"{metric}: {value:.6g} is no better than chance {level:.6g} (a model that ignores its "
-                           "input: always the dev set's most frequent label, or a constant score)")
+                           "input: the dev set's most frequent label, a constant score, no answer or no entity)")
         if metric in gates and champion is not None and metric in champion and _worse(metric, value, champion[metric]):
             reasons.append(f"{metric}: {value:.6g} is worse than the champion's {champion[metric]:.6g}")
     return not reasons, reasons
@@ -226,9 +234,9 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
 
     client = _client(tracking_uri)
     version = str(version)
-    gates = tuple(gates or default_gates(name))
-    floors = dict(DEFAULT_FLOORS.get(name, {}) if floors is None else floors)
     candidate = version_metrics(client, name, version)
+    gates = tuple(gates or default_gates(name, candidate))
+    floors = dict(DEFAULT_FLOORS.get(name, {}) if floors is None else floors)
     registered = client.get_model_version(name, version)
 
     def judge(served: dict[str, Any] | None) -> tuple[str | None, dict[str, float] | None, bool, list[str]]:

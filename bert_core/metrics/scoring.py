@@ -23,15 +23,27 @@ def score_predictions(task: str, gold: str | Path, predictions: str | Path,
 
 
 def chance_metrics(task: str, gold: str | Path, language: str | None = None) -> dict[str, float]:
-    """What a model that ignores its input scores on the gold file, per metric of a GLUE/XNLI task: always the
-    dev set's most frequent label for classification (accuracy, F1 and MCC of that constant answer: MRPC's
-    majority scores F1 81), 0 for a regression's correlations (a constant has none). Empty for SQuAD and NER,
-    whose scorers give such an answer 0 anyway (SQuAD 2.0's all-unanswerable aside)."""
+    """What a model that ignores its input scores on the gold file, by the task's own scorer: always the dev set's
+    most frequent label for classification (accuracy, F1 and MCC of that constant answer: MRPC's majority scores
+    F1 81), 0 for a regression's correlations (a constant has none), no answer to any SQuAD question (0 on v1.1;
+    on v2.0 its share of unanswerable questions, about half of the official dev set), no entity for NER (0 F1,
+    but the share of "O" tags as token accuracy)."""
     from collections import Counter
 
+    from bert_core.tasks.conll import read_conll
+
     info = catalog.get(task)
-    if info.kind not in ("classification", "regression"):
-        return {}
+    if info.kind == "squad":
+        data = squad.load_squad_dataset(gold)
+        silent = {qa["id"]: "" for article in data["data"] for paragraph in article["paragraphs"]
+                  for qa in paragraph["qas"]}
+        if squad.detect_version(data, str(gold)) == squad.V1:
+            return squad.evaluate_squad_v1(data["data"], silent)
+        result = squad.evaluate_squad_v2(data["data"], silent)
+        return {k: float(v) for k, v in result.items() if isinstance(v, int | float) and not k.endswith("total")}
+    if info.kind == "ner":
+        tags = [sentence.tags for sentence in read_conll(gold)]
+        return ner.ner_metrics(tags, [["O"] * len(t) for t in tags])
     gold_task = "mnli-mm" if info.name == "mnli" and "mismatched" in Path(gold).name else info.name
     golds = glue.read_gold_labels(gold_task, gold, language=language)
     metrics = glue.TASK_METRICS[glue.task_key(gold_task)]

@@ -98,8 +98,8 @@ def test_a_first_model_must_beat_chance_on_its_gate_metrics():
     promoted, reasons = registry.decide({"pearson": -0.0339, "spearman": 0.0714}, None, ("pearson", "spearman"), {},
                                         chance)
     assert not promoted and reasons == [
-        "pearson: -0.0339 is no better than chance 0 (a model that ignores its input: always the dev set's most "
-        "frequent label, or a constant score)"]
+        "pearson: -0.0339 is no better than chance 0 (a model that ignores its input: the dev set's most "
+        "frequent label, a constant score, no answer or no entity)"]
     # MRPC's majority answer scores F1 0.812: a model at 0.822 / 0.708 beats it on both gates.
     mrpc = {"accuracy": 0.6838, "f1": 0.8122}
     assert registry.decide({"f1": 0.822, "accuracy": 0.708}, None, ("f1", "accuracy"), {}, mrpc) == (True, [])
@@ -115,7 +115,30 @@ def test_chance_levels_score_a_constant_answer():
     mrpc = chance_metrics("mrpc", FIXTURES / "glue" / "MRPC" / "dev.tsv")
     assert set(mrpc) == {"accuracy", "f1"} and 0 < mrpc["accuracy"] < 1
     assert chance_metrics("sts-b", FIXTURES / "glue" / "STS-B" / "dev.tsv") == {"pearson": 0.0, "spearman": 0.0}
-    assert chance_metrics("squad", "unused.json") == {}
+    # SQuAD: no answer to any question, scored as the official scripts score it (on v2.0, the file of
+    # never-answering predictions and its official output).
+    squad = FIXTURES / "squad"
+    assert chance_metrics("squad", squad / "data-v1.1.json") == {"exact_match": 0.0, "f1": 0.0}
+    official = json.loads((squad / "expected" / "v2.0-never_answer.json").read_text())
+    v2 = chance_metrics("squad", squad / "data-v2.0.json")
+    assert v2 == {k: v for k, v in official.items() if not k.endswith("total")} and 0 < v2["f1"] < 100
+    # NER: no entity at all: no F1, but every "O" tag right.
+    ner = chance_metrics("ner", FIXTURES / "conll" / "dev.txt")
+    assert ner["f1"] == ner["precision"] == ner["recall"] == 0.0 and 0.5 < ner["accuracy"] < 1
+
+
+def test_squad_2_candidates_are_gated_on_its_scorer_s_names():
+    """SQuAD 2.0's official scorer calls exact match "exact" (v1.1: "exact_match"); bert-squad's gates follow the
+    candidate's version, so a 2.0 model is judged, not refused for a metric it cannot have. An all-unanswerable
+    model scores the share of unanswerable questions and is not promoted."""
+    v1 = {"exact_match": 40.0, "f1": 50.0}
+    v2 = {"exact": 55.0, "f1": 60.0, "HasAns_f1": 40.0, "NoAns_f1": 80.0}
+    assert registry.default_gates("bert-squad", v1) == ("f1", "exact_match")
+    assert registry.default_gates("bert-squad", v2) == ("f1", "exact")
+    chance = {"exact": 50.0, "f1": 50.0}
+    assert registry.decide(v2, None, registry.default_gates("bert-squad", v2), {"f1": 0.0}, chance) == (True, [])
+    never = {"exact": 50.0, "f1": 50.0, "HasAns_f1": 0.0, "NoAns_f1": 100.0}
+    assert registry.decide(never, None, registry.default_gates("bert-squad", never), {}, chance)[0] is False
 
 
 def test_pretrained_gate_refuses_chance_level_and_training_data_scores(store, tmp_path):
