@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -216,17 +217,34 @@ def _ray_initialized() -> bool:
     return bool(ray is not None and ray.is_initialized())
 
 
+class ConfRefused(BertPipelineError):
+    """The conf names a key the DAG does not have, or a value its Params reject: no run was made."""
+
+
 def run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, home: str | os.PathLike | None = None,
             verbose: bool = False) -> DagRunResult:
     """Run `dag_id` once with `conf` (dag.test() on the embedded home at `home`), showing the run view; returns
     the result, also written to RUN_DIR/run.json. A failed run prints each failed task's log tail. Raises
     BertPipelineError when the run cannot start (a conf the DAG's Params reject, a DAG that does not load)."""
+    created = not run_dir.exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_path = run_dir / RUN_LOG
+    try:
+        return _run_dag(dag_id, conf, run_dir, log_path, home, verbose)
+    except ConfRefused:
+        # Refused before Airflow made a run of it: nothing is kept (no run dir, log or record).
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, log_path: Path, home: str | os.PathLike | None,
+             verbose: bool) -> DagRunResult:
     from bert_pipeline.dags_folder import load_dag
     from bert_pipeline.embedded_home import setup_home
     from bert_pipeline.run_state import RunWatch
+    from operators.params import ConfKeyError, check_conf_keys, former_conf_keys
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log_path = run_dir / RUN_LOG
     with output_to_log(log_path, echo=verbose) as terminal:
         out = terminal.stream
         out.write(f"{dag_id}: log {log_path}" + ("" if verbose else "   (--verbose: stream it here)") + "\n")
@@ -234,6 +252,11 @@ def run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, home: str | os.Pat
         ray_before = _ray_initialized()
         setup_home(home, serialize=False)  # dag.test() serializes the DAGs folder
         dag = load_dag(dag_id)  # imports Airflow, which reads the home set just now
+        # The DAG's first task checks this too, but only once the run, its record and its report exist.
+        try:
+            check_conf_keys(conf, (*dag.params, *former_conf_keys(dag_id)), dag_id)
+        except ConfKeyError as exc:
+            raise ConfRefused(str(exc)) from None
         from airflow.models.dagrun import DagRun
         from airflow.sdk import timezone
         from airflow.utils.types import DagRunType
@@ -259,6 +282,11 @@ def run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, home: str | os.Pat
             rows = watch.stop()
             lines = task_lines(task_ids, rows or [])
             view.stop(lines)
+        if type(error).__name__ == "ParamValidationError":
+            # Airflow appends jsonschema's whole report (the Param's schema, its form section text included)
+            # after the line that names the param, the value and what was expected.
+            raise ConfRefused(f"{dag_id}: the run did not start: ParamValidationError: conf: "
+                              f"{str(error).split(chr(10) * 2)[0]}") from None
         state = getattr(dag_run, "state", None) or "failed"
         state = str(getattr(state, "value", state))
         result = DagRunResult(dag_id, getattr(dag_run, "run_id", None) or run_id, state, conf, run_dir, log_path,
@@ -268,13 +296,8 @@ def run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, home: str | os.Pat
         if not ray_before and _ray_initialized():
             sys.modules["ray"].shutdown()  # the local Ray this run started; its goodbye goes to the log
         if error is not None:
-            said = str(error)
-            if type(error).__name__ == "ParamValidationError":
-                # Airflow appends jsonschema's whole report (the Param's schema, its form section text included)
-                # after the line that names the param, the value and what was expected.
-                said = f"conf: {said.split(chr(10) * 2)[0]}"
             raise BertPipelineError(f"{dag_id}: the run did not start or finish: {type(error).__name__}: "
-                                    f"{said} (log: {log_path})")
+                                    f"{error} (log: {log_path})")
         if not result.succeeded:
             out.write(failure_text(result) + "\n")
     return result

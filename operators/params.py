@@ -179,6 +179,20 @@ def _close_param(key: str, declared: Sequence[str]) -> str | None:
     return best if best is not None and likeness(best) >= 0.6 else None
 
 
+class ConfKeyError(BertPipelineError):
+    """A run's conf names a key that is not among the DAG's Params (nor a former name of one)."""
+
+
+def former_conf_keys(dag_id: str) -> tuple[str, ...]:
+    """The conf keys `dag_id` still reads besides its Params: the names its form shipped under before, read with a
+    warning. The DAG's first task and `bert-pipeline run` (before it starts a run) check a conf against these."""
+    from bert_core.finetune.config import DEPRECATED_MAX_LEN
+    from operators import nightly, plan_demo, plan_finetune
+
+    return {"bert_demo": tuple(plan_demo.RENAMED), "bert_finetune": (*plan_finetune.RENAMED, DEPRECATED_MAX_LEN),
+            "bert_nightly_regression": tuple(nightly.RENAMED)}.get(dag_id, ())
+
+
 def check_conf_keys(params: dict[str, Any], declared: Sequence[str], dag_id: str) -> None:
     """A run's conf may only name the DAG's Params: Airflow adds any other key to `params` silently, so a
     misspelt setting would be ignored and the run would go on with the default."""
@@ -186,5 +200,5 @@ def check_conf_keys(params: dict[str, Any], declared: Sequence[str], dag_id: str
     if unknown:
         guesses = {key: _close_param(key, declared) for key in unknown}
         named = ", ".join(f"{key} (did you mean {guesses[key]}?)" if guesses[key] else key for key in unknown)
-        raise BertPipelineError(f"{dag_id} conf: unknown param(s) {named}; the DAG's params are "
+        raise ConfKeyError(f"{dag_id} conf: unknown param(s) {named}; the DAG's params are "
                                 f"{', '.join(sorted(declared))}")

@@ -74,11 +74,11 @@ def plan(params: dict[str, Any], run_id: str | None, values: DemoValues, declare
     settings, checked as the steps will build their configs; conf keys not among `declared` (the DAG's
     Params) are an error, the deprecated names (RENAMED) a warning."""
     from bert_core.io import storage
-    from operators.params import check_conf_keys, renamed_params, settings_from
+    from operators.params import check_conf_keys, former_conf_keys, renamed_params, settings_from
 
     params = renamed_params(params, RENAMED, defaults or {}, DAG_ID)
     if declared:
-        check_conf_keys(params, declared, DAG_ID)
+        check_conf_keys(params, (*declared, *former_conf_keys(DAG_ID)), DAG_ID)
     work = run_dir(DAG_ID, params, run_id)
     model = params.get("model") or default_model_dir()
     shards = settings_from(params, tuple(values.shards))

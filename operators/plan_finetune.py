@@ -51,11 +51,11 @@ def plan(params: dict[str, Any], run_id: str | None, settings: tuple[str, ...],
     from bert_core.finetune import presets
     from bert_core.finetune.config import DEPRECATED_MAX_LEN
     from bert_core.tasks import catalog as tasks
-    from operators.params import check_conf_keys, renamed_params, settings_from
+    from operators.params import check_conf_keys, former_conf_keys, renamed_params, settings_from
 
     params = renamed_params(params, RENAMED, defaults or {}, DAG_ID)
     if declared:
-        check_conf_keys(params, (*declared, DEPRECATED_MAX_LEN), DAG_ID)
+        check_conf_keys(params, (*declared, *former_conf_keys(DAG_ID)), DAG_ID)
     work = run_dir(DAG_ID, params, run_id)
     model = params.get("model") or default_model_dir()
     bundled = {"sst-2": demo_data("sst2"), "squad": demo_data("squad")}

@@ -22,6 +22,7 @@ from operators.params import (
     TIME_TO_ACCURACY,
     TOLERANCES,
     check_conf_keys,
+    former_conf_keys,
     in_sections,
     renamed_params,
     section,
@@ -120,8 +121,6 @@ PARAMS = in_sections({
 # The convergence_* Params that are evaluation.settings.ConvergenceRun fields (the others pick its data).
 CONVERGENCE_FIELDS = ("steps", "batch_size", "max_seq_length", "max_predictions", "dupe_factor", "eval_every",
                       "eval_batches", "peer_lrs")
-# Conf keys the form shipped under another name: still accepted, with a warning.
-RENAMED = {"throughput_seq_len": "throughput_max_seq_length"}
 
 
 @dag(dag_id="bert_nightly_regression", schedule="@daily", start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
@@ -131,7 +130,7 @@ def bert_nightly_regression():
     # ignored and the night judged on the default.
     @bert_task
     def work_dir(params=None, run_id=None) -> str:
-        check_conf_keys(params, (*PARAMS, *RENAMED), "bert_nightly_regression")
+        check_conf_keys(params, (*PARAMS, *former_conf_keys("bert_nightly_regression")), "bert_nightly_regression")
         return locations.run_dir("bert_nightly_regression", params, run_id)
 
     @bert_task
@@ -144,7 +143,7 @@ def bert_nightly_regression():
 
     @bert_task
     def throughput(work_dir: str, params=None) -> dict:
-        params = renamed_params(params, RENAMED, {name: param.value for name, param in PARAMS.items()},
+        params = renamed_params(params, nightly.RENAMED, {name: param.value for name, param in PARAMS.items()},
                                 "bert_nightly_regression")
         if not params["throughput_configs"]:
             return {}
