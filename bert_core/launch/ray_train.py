@@ -78,25 +78,6 @@ def storage_path(config: Any) -> str:
     return str(pipeline_home() / "ray_results")
 
 
-def _absolute(value: str | None, only_existing: bool = False) -> str | None:
-    """Local paths (comma-separated lists too) made absolute; URIs unchanged. With only_existing, a
-    value that is not an existing path is left alone (--model/--pretrained also take zoo names)."""
-    if value is None or value in ("latest", "auto"):
-        return value
-    parts = []
-    for part in (p.strip() for p in value.split(",")):
-        keep = "://" in part or (only_existing and not Path(part).exists())
-        parts.append(part if keep else str(Path(part).absolute()))
-    return ",".join(parts)
-
-
-def absolutize(spec: StepSpec, config: Any) -> Any:
-    """The config with its local paths made absolute: Ray workers do not run in the driver's directory."""
-    changes = {f: _absolute(getattr(config, f)) for f in spec.path_fields}
-    changes.update({f: _absolute(getattr(config, f), only_existing=True) for f in spec.name_fields})
-    return dataclasses.replace(config, **changes)
-
-
 # How long workers hold after a drain notice before they stop waiting for Ray Train to replace the group: Ray
 # restarts it when the drained node goes or at the deadline; a group still here well after that was not
 # replaced (e.g. the drain was cancelled) and must not wait forever.

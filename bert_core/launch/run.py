@@ -9,8 +9,11 @@ a cluster), and this function either calls the step's `work` here or hands it to
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from bert_core.deploy.mlflow_model import pyfunc_spec
@@ -18,6 +21,26 @@ from bert_core.io.tracking import Tracker, build_tracker
 from bert_core.train.step_spec import StepHook, StepSpec, Worker
 
 log = logging.getLogger(__name__)
+
+
+def _absolute(value: str | None, only_existing: bool = False) -> str | None:
+    """Local paths (comma-separated lists too) made absolute; URIs unchanged. With only_existing, a
+    value that is not an existing path is left alone (--model/--pretrained also take zoo names)."""
+    if value is None or value in ("latest", "auto"):
+        return value
+    parts = []
+    for part in (p.strip() for p in value.split(",")):
+        keep = "://" in part or (only_existing and not Path(part).exists())
+        parts.append(part if keep else os.path.abspath(part))
+    return ",".join(parts)
+
+
+def absolutize(spec: StepSpec, config: Any) -> Any:
+    """The config with its local paths made absolute: Ray workers do not run in the driver's directory, and the
+    manifest and MLflow params say where the inputs were, whatever directory the command ran in."""
+    changes = {f: _absolute(getattr(config, f)) for f in spec.path_fields}
+    changes.update({f: _absolute(getattr(config, f), only_existing=True) for f in spec.name_fields})
+    return dataclasses.replace(config, **changes)
 
 
 def run_step(spec: StepSpec, config: Any, tracker: Tracker | None = None,
@@ -38,7 +61,7 @@ def run_step(spec: StepSpec, config: Any, tracker: Tracker | None = None,
         from bert_core.launch.ray_cluster import cluster_address
 
         cluster_address()  # a job server URL in RAY_ADDRESS is refused before any work or MLflow run
-        config = ray_train.absolutize(spec, config)
+    config = absolutize(spec, config)
     plan = spec.plan(config)
     if plan.done is not None:
         log.info("%s is up to date (same config and inputs): nothing to do", config.output)

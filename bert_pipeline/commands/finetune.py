@@ -24,6 +24,6 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(FinetuneConfig, args)
     use_home_mlflow(cfg)
     result = run_step(FINETUNE, cfg)
-    print(json.dumps({"output": args.output, "best_epoch": result.get("best_epoch"), "metrics": result["metrics"]},
-                     indent=2))
+    print(json.dumps({"output": result["config"]["output"], "best_epoch": result.get("best_epoch"),
+                      "metrics": result["metrics"]}, indent=2))
     return 0

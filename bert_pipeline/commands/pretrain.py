@@ -33,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
     use_home_mlflow(config)
     result = run_step(PRETRAIN, config)
     check = result.get("learning_check") or {}
-    print(json.dumps({"output": config.output, **result.get("metrics", {}),
+    print(json.dumps({"output": result["config"]["output"],  # made absolute, as recorded
+                      **result.get("metrics", {}),
                       "learning_check": check.get("status")}), file=sys.stdout)
     if check.get("status") in ("not_learning", "warned"):
         print(f"warning: {check.get('summary') or '; '.join(check.get('problems', []))}", file=sys.stderr)

@@ -81,7 +81,7 @@ def test_training_commands_log_to_the_homes_stack_mlflow(command, tmp_path, monk
     seen = []
     monkeypatch.setattr("bert_core.launch.run.run_step",
                         lambda step, config: seen.append(__import__("os").environ.get("MLFLOW_TRACKING_URI"))
-                        or {"metrics": {}})
+                        or {"metrics": {}, "config": {"output": config.output}})
     args = {"pretrain": ["pretrain", "--data", str(tmp_path / "shards"), "--model", "bert_2_128_2",
                          "--num-steps", "1"],
             "finetune": ["finetune", "mrpc", "--data-dir", str(tmp_path / "mrpc"), "--model", str(tmp_path / "m")]}

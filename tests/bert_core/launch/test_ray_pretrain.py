@@ -133,7 +133,7 @@ def test_killed_worker_resumes_from_the_last_checkpoint(ray_session, setup, trac
 
 
 def test_paths_are_made_absolute_for_the_workers(tmp_path, monkeypatch):
-    from bert_core.launch.ray_train import absolutize
+    from bert_core.launch.run import absolutize
 
     monkeypatch.chdir(tmp_path)
     config = absolutize(PRETRAIN, PretrainConfig(data="shards/*.npz,s3://b/x/*.npz", output="out", model="bert_2_128_2",

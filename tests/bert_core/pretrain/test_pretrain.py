@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 
 import pytest
 import torch
@@ -329,13 +330,17 @@ def test_cli_help_and_runs(cfg, data, tmp_path, monkeypatch, capsys):
     assert all(flags.values())
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.chdir(tmp_path)
     model = cfg().model
     out = tmp_path / "cli-out"
-    args = ["pretrain", "--data", f"{data}/part-*.npz", "--model", model, "--output", str(out), "--num-steps", "2",
-            "--batch-size", "8", "--no-tracking", "--no-progress", "--ckpt-interval", "0"]
+    # Relative paths, as typed: the manifest says where the inputs were, whatever directory the command ran in.
+    args = ["pretrain", "--data", f"{os.path.relpath(data, tmp_path)}/part-*.npz", "--model", model, "--output",
+            "cli-out", "--num-steps", "2", "--batch-size", "8", "--no-tracking", "--no-progress", "--ckpt-interval", "0"]
     assert main(args) == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed["output"] == str(out) and 0 <= printed["mlm_accuracy"] <= 1
+    recorded = json.loads((out / "manifest.json").read_text())["config"]
+    assert recorded["data"] == f"{os.path.abspath(data)}/part-*.npz" and recorded["output"] == str(out)
     assert main(args) == 0  # up to date: a no-op
     capsys.readouterr()  # (the tiny run's learning-check warnings)
 
