@@ -138,10 +138,12 @@ SHAPES: list[tuple[Callable[[Any], bool], Callable[[Any], str]]] = [
     (lambda v: isinstance(v, dict) and "report" in v and "mlflow_run_id" in v,
      lambda v: "report.html" + (", logged to MLflow (bert-runs)" if v["mlflow_run_id"] else "")),
     (lambda v: isinstance(v, dict) and v and all(str(k).startswith(SPEED_KEYS) for k in v), _speed),
+    # The nightly's plan (a champion and its candidate share a task) before fine-tuning's (a task each).
+    (lambda v: isinstance(v, list) and v and all(isinstance(x, dict) and "role" in x for x in v),
+     lambda v: f"{_plural(len(v), 'model version')} to score: "
+               + ", ".join(f"{x.get('name', '?')} v{x.get('version', '?')} ({x['role']})" for x in v)),
     (lambda v: isinstance(v, list) and v and all(isinstance(x, dict) and "task" in x for x in v),
      lambda v: f"{_plural(len(v), 'task')}: {', '.join(x['task'] for x in v)}"),
-    (lambda v: isinstance(v, list) and v and all(isinstance(x, dict) and "role" in x for x in v),
-     lambda v: f"{_plural(len(v), 'model version')} to score"),
     (lambda v: isinstance(v, list) and v and all(isinstance(x, dict) and {"index", "pretrain"} <= x.keys() for x in v),
      lambda v: _plural(len(v), "pretraining phase")),
     (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),

@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
         tmp.write_text("".join(json.dumps(a, ensure_ascii=False) + "\n" for a in answers), encoding="utf-8")
         os.replace(tmp, out)
-        print(f"wrote {len(answers)} answers to {out}")
+        print(f"wrote {len(answers)} answer{'' if len(answers) == 1 else 's'} to {out}")
         return 0
     from bert_core.deploy.batch_predict import predict_file
     from bert_core.deploy.runtime import ExportedModel

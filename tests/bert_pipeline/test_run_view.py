@@ -103,6 +103,11 @@ def test_key_figures_from_return_values(tmp_path):
     assert describe({"status": "failed", "regressions": ["bert-sst-2/accuracy"]}) == "failed: bert-sst-2/accuracy"
     assert describe([{"name": "", "index": 0, "pretrain": {}, "shards": {}}]) == "1 pretraining phase"
     assert describe(["a.txt", "b.txt"]) == "2 files"
+    # The nightly's plan: a champion and its candidate share a task; each version is named once.
+    assert describe([{"name": "bert-sst-2", "task": "sst-2", "version": "3", "role": "champion", "data_dir": "d"},
+                     {"name": "bert-sst-2", "task": "sst-2", "version": "4", "role": "candidate", "data_dir": "d"}]) == (
+        "2 model versions to score: bert-sst-2 v3 (champion), bert-sst-2 v4 (candidate)")
+    assert describe([{"task": "sst-2", "data_dir": "d"}, {"task": "mrpc", "data_dir": "e"}]) == "2 tasks: sst-2, mrpc"
     assert describe(_shards(tmp_path / "a", 300)) == "1 shard, 300 instances"
     assert figure([_shards(tmp_path / "b", 20), _shards(tmp_path / "c", 22)]) == "2 shards, 42 instances"
     assert describe("s3://bucket/run/shards") == "s3://bucket/run/shards"  # named, never fetched
