@@ -221,6 +221,33 @@ class ConfRefused(BertPipelineError):
     """The conf names a key the DAG does not have, or a value its Params reject: no run was made."""
 
 
+def check_conf(dag, conf: dict[str, Any]) -> None:
+    """The conf checked as the run would check it, before there is a run: its keys against the DAG's Params and
+    former names (the DAG's first task checks them too, but only once the run, its record and report exist), its
+    values against the Params' schemas, as dag.test() / a trigger validates them. Raises ConfRefused."""
+    import copy
+
+    from airflow.sdk.exceptions import ParamValidationError
+
+    from operators.params import ConfKeyError, check_conf_keys, former_conf_keys
+
+    try:
+        check_conf_keys(conf, (*dag.params, *former_conf_keys(dag.dag_id)), dag.dag_id)
+    except ConfKeyError as exc:
+        raise ConfRefused(str(exc)) from None
+    params = copy.deepcopy(dag.params)
+    try:
+        for key, value in conf.items():
+            if key in params:
+                params[key] = value
+        params.validate()
+    except ParamValidationError as exc:
+        # Airflow appends jsonschema's whole report (the Param's schema, its form section text included)
+        # after the line that names the param, the value and what was expected.
+        raise ConfRefused(f"{dag.dag_id}: the run did not start: ParamValidationError: conf: "
+                          f"{str(exc).split(chr(10) * 2)[0]}") from None
+
+
 def run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, home: str | os.PathLike | None = None,
             verbose: bool = False) -> DagRunResult:
     """Run `dag_id` once with `conf` (dag.test() on the embedded home at `home`), showing the run view; returns
@@ -243,20 +270,15 @@ def _run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, log_path: Path, h
     from bert_pipeline.dags_folder import load_dag
     from bert_pipeline.embedded_home import setup_home
     from bert_pipeline.run_state import RunWatch
-    from operators.params import ConfKeyError, check_conf_keys, former_conf_keys
 
     with output_to_log(log_path, echo=verbose) as terminal:
         out = terminal.stream
-        out.write(f"{dag_id}: log {log_path}" + ("" if verbose else "   (--verbose: stream it here)") + "\n")
-        out.flush()
         ray_before = _ray_initialized()
         setup_home(home, serialize=False)  # dag.test() serializes the DAGs folder
         dag = load_dag(dag_id)  # imports Airflow, which reads the home set just now
-        # The DAG's first task checks this too, but only once the run, its record and its report exist.
-        try:
-            check_conf_keys(conf, (*dag.params, *former_conf_keys(dag_id)), dag_id)
-        except ConfKeyError as exc:
-            raise ConfRefused(str(exc)) from None
+        check_conf(dag, conf)
+        out.write(f"{dag_id}: log {log_path}" + ("" if verbose else "   (--verbose: stream it here)") + "\n")
+        out.flush()
         from airflow.models.dagrun import DagRun
         from airflow.sdk import timezone
         from airflow.utils.types import DagRunType
@@ -282,11 +304,6 @@ def _run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, log_path: Path, h
             rows = watch.stop()
             lines = task_lines(task_ids, rows or [])
             view.stop(lines)
-        if type(error).__name__ == "ParamValidationError":
-            # Airflow appends jsonschema's whole report (the Param's schema, its form section text included)
-            # after the line that names the param, the value and what was expected.
-            raise ConfRefused(f"{dag_id}: the run did not start: ParamValidationError: conf: "
-                              f"{str(error).split(chr(10) * 2)[0]}") from None
         state = getattr(dag_run, "state", None) or "failed"
         state = str(getattr(state, "value", state))
         result = DagRunResult(dag_id, getattr(dag_run, "run_id", None) or run_id, state, conf, run_dir, log_path,

@@ -74,6 +74,7 @@ def test_an_ill_typed_param_is_named_in_one_line(tmp_path):
     assert said == ("bert-pipeline run: error: bert_finetune: the run did not start: ParamValidationError: conf: "
                     "Invalid input for param epochs: 'three' is not of type 'integer'")  # not jsonschema's report
     assert not list((tmp_path / "finetune").glob("*"))  # no run dir, log or record of a run that was not made
+    assert done.stdout == ""  # nor a log path or task lines
 
     # A misspelt key is refused before a run starts, as the DAG's plan task would refuse it seconds in: no run dir,
     # record or report is left behind. A former name of a Param (max_len, recipe) is not refused.
@@ -83,7 +84,7 @@ def test_an_ill_typed_param_is_named_in_one_line(tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.startswith("bert-pipeline run: error: bert_finetune conf: unknown param(s) epoch (did you mean "
                                   "epochs?); the DAG's params are ")
-    assert not list((tmp_path / "finetune").glob("*"))
+    assert not list((tmp_path / "finetune").glob("*")) and done.stdout == ""
 
 
 def test_a_runs_local_ray_checks_the_homes_token(tmp_path):
