@@ -19,11 +19,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bert_core.finetune.step import FINETUNE, FinetuneConfig
-    from bert_core.launch.run import run_step
+    from bert_core.launch.run import absolutize, run_step
 
     cfg = config_from_args(FinetuneConfig, args)
     use_home_mlflow(cfg)
     result = run_step(FINETUNE, cfg)
-    print(json.dumps({"output": result["config"]["output"], "best_epoch": result.get("best_epoch"),
+    # The manifest's config leaves out where the run was written (output is a run field, not part of what
+    # makes two runs the same), so the output printed is --output made absolute, as run_step wrote it.
+    print(json.dumps({"output": absolutize(FINETUNE, cfg).output, "best_epoch": result.get("best_epoch"),
                       "metrics": result["metrics"]}, indent=2))
     return 0

@@ -81,7 +81,7 @@ def test_training_commands_log_to_the_homes_stack_mlflow(command, tmp_path, monk
     seen = []
     monkeypatch.setattr("bert_core.launch.run.run_step",
                         lambda step, config: seen.append(__import__("os").environ.get("MLFLOW_TRACKING_URI"))
-                        or {"metrics": {}, "config": {"output": config.output}})
+                        or {"metrics": {}, "config": config.result_config()})  # the manifest's config
     args = {"pretrain": ["pretrain", "--data", str(tmp_path / "shards"), "--model", "bert_2_128_2",
                          "--num-steps", "1"],
             "finetune": ["finetune", "mrpc", "--data-dir", str(tmp_path / "mrpc"), "--model", str(tmp_path / "m")]}
@@ -89,8 +89,11 @@ def test_training_commands_log_to_the_homes_stack_mlflow(command, tmp_path, monk
 
     # A stack up on the home: its server.
     monkeypatch.setattr(embedded_home, "stack_tracking_uri", lambda root: "http://127.0.0.1:5999")
+    capsys.readouterr()
     assert main(argv) == 0
     assert seen == ["http://127.0.0.1:5999"]
+    # The output printed is --output, though finetune's manifest config leaves it out (was: KeyError 'output').
+    assert f'"output": "{tmp_path / "out"}"' in capsys.readouterr().out
     # --tracking-uri or --no-tracking: the home's stack is not asked.
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setattr(embedded_home, "_stack_uri_set", None)
