@@ -189,16 +189,35 @@ class SquadAdapter(Adapter):
     model_class = BertForQuestionAnswering
     output_names = ("start_logits", "end_logits")
 
+    def _other_version(self) -> str:
+        return "v1.1" if self.cfg.version_2 else "v2.0"
+
     def _version_files(self, files: tuple[str, ...]) -> tuple[str, ...]:
-        wanted = "v2.0" if self.cfg.version_2 else "v1.1"
-        return tuple(f for f in files if wanted in f or "v" not in f)
+        # The files of this run's version and the unversioned ones (train.json, dev.json: "dev" has a "v" in
+        # it, so testing for the letter dropped dev.json).
+        return tuple(f for f in files if self._other_version() not in f)
+
+    def _version_hint(self, files: tuple[str, ...]) -> str:
+        """What to do when only the other version's file is there: --version-2 picks the files."""
+        present = [f for f in files if self._other_version() in f and (self.data_dir / f).is_file()]
+        if not present:
+            return ""
+        flag = "without --version-2" if self.cfg.version_2 else "with --version-2"
+        return f"found {present[0]}: run {flag} (version_2 in a DAG conf) to use it"
 
     def _train_candidates(self, language: str) -> tuple[str, ...]:
         return self._version_files(self.task.train_files)
 
+    def train_file(self) -> Path:
+        if self.cfg.train_file:
+            return super().train_file()
+        return find_file(self.data_dir, self._train_candidates(""), "train", self.task,
+                         hint=self._version_hint(self.task.train_files))
+
     def eval_files(self) -> list[tuple[Split, Path]]:
         dev = Split("dev", self._version_files(self.task.dev_files), gold=True, required=True)
-        return [(dev, find_file(self.data_dir, dev.files, "dev", self.task))]
+        return [(dev, find_file(self.data_dir, dev.files, "dev", self.task,
+                                hint=self._version_hint(self.task.dev_files)))]
 
     def _parse(self, path: Path) -> None:
         read_squad(path)

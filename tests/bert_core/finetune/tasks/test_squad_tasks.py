@@ -158,3 +158,35 @@ def test_padding_past_a_feature_never_takes_an_n_best_place(tokenizer):
     padded = postprocess([example], [feature], [starts + [99.0] * 8], [ends + [99.0] * 8], options)
     assert plain.predictions == padded.predictions == {"q": "alpha beta"}
     assert plain.nbest == padded.nbest
+
+
+@pytest.mark.parametrize("version_2", [False, True])
+def test_unversioned_squad_files_are_found_and_a_missing_version_says_which_flag(tokenizer, tmp_path, version_2):
+    """train.json/dev.json serve either version (dev.json was never found: its name has a "v"); with only the
+    other version's files, the error says which flag picks them instead of only what was looked for."""
+    from bert_core.errors import BertPipelineError
+    from bert_core.finetune.config import FinetuneConfig
+    from bert_core.finetune.tasks.adapters import SquadAdapter
+    from bert_core.tasks import catalog
+
+    def adapter(data_dir):
+        cfg = FinetuneConfig(task="squad", data_dir=str(data_dir), model="m", output="", version_2=version_2)
+        return SquadAdapter(catalog.get("squad"), data_dir, tokenizer, cfg)
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for name in ("train.json", "dev.json"):
+        (plain / name).write_text("{}", encoding="utf-8")
+    assert adapter(plain).train_file() == plain / "train.json"
+    assert [path for _, path in adapter(plain).eval_files()] == [plain / "dev.json"]
+
+    other = tmp_path / "other"
+    other.mkdir()
+    tag = "v1.1" if version_2 else "v2.0"
+    for name in (f"train-{tag}.json", f"dev-{tag}.json"):
+        (other / name).write_text("{}", encoding="utf-8")
+    flag = "without --version-2" if version_2 else "with --version-2"
+    with pytest.raises(BertPipelineError, match=f"found train-{tag}.json: run {flag}"):
+        adapter(other).train_file()
+    with pytest.raises(BertPipelineError, match=f"found dev-{tag}.json: run {flag}"):
+        adapter(other).eval_files()
