@@ -26,15 +26,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bert_core.launch.run import run_step
+    from bert_core.launch.run import absolutize, run_step
     from bert_core.pretrain.step import PRETRAIN, PretrainConfig
 
     config = config_from_args(PretrainConfig, args)
     use_home_mlflow(config)
     result = run_step(PRETRAIN, config)
     check = result.get("learning_check") or {}
-    print(json.dumps({"output": result["config"]["output"],  # made absolute, as recorded
-                      **result.get("metrics", {}),
+    print(json.dumps({"output": absolutize(PRETRAIN, config).output, **result.get("metrics", {}),
                       "learning_check": check.get("status")}), file=sys.stdout)
     if check.get("status") in ("not_learning", "warned"):
         print(f"warning: {check.get('summary') or '; '.join(check.get('problems', []))}", file=sys.stderr)
