@@ -99,8 +99,10 @@ def _finetuned(v: dict[str, Any]) -> str:
         main = catalog.get(v["task"]).main_metric
     except Exception:  # noqa: BLE001  (a task name this version does not know)
         main = None
-    keys = [main] if main in metrics else []
-    keys += sorted(k for k in metrics if k != main and not k.endswith(("_chance", "_over_chance")))
+    # Then SQuAD's other gate metric (1.1's exact_match, 2.0's exact): the decision line may name it, and sorted
+    # 2.0 names put HasAns_* before it.
+    keys = [k for k in (main, "exact_match", "exact") if k in metrics]
+    keys += sorted(k for k in metrics if k not in keys and not k.endswith(("_chance", "_over_chance")))
     return f"{v['task']} dev {metrics_text(metrics, keys[:3])}"
 
 

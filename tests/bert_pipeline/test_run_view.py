@@ -98,6 +98,9 @@ def test_key_figures_from_return_values(tmp_path):
         "nsp_accuracy_chance": 0.6667, "loss": 4.9}}) == (
         "300 steps; held-out masked-LM 0.201 (chance 0.136), NSP 0.667 (chance 0.667)")
     assert describe({"task": "squad", "metrics": {"exact_match": 50.0, "f1": 61.25}}) == "squad dev f1 61.2, EM 50"
+    # SQuAD 2.0: its gate metric exact, which a not-promoted line names, comes before the HasAns_*/NoAns_* figures.
+    assert describe({"task": "squad", "metrics": {"exact": 35.7, "f1": 46.4, "HasAns_exact": 44.4, "HasAns_f1": 61.1,
+                                                  "NoAns_exact": 20.0}}) == "squad dev f1 46.4, exact 35.7, HasAns_exact 44.4"
     assert describe({"instances": 340, "validation": "v.json", "shards_dir": "s"}) == (
         "340 instances: all expectations met")
     assert describe({"status": "failed", "regressions": ["bert-sst-2/accuracy"]}) == "failed: bert-sst-2/accuracy"
