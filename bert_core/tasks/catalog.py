@@ -67,8 +67,11 @@ TASKS: dict[str, TaskInfo] = {
                                         "or pass --train-file"),
     "squad": TaskInfo("squad", "squad", ("train-v1.1.json", "train-v2.0.json", "train.json"),
                       ("dev-v1.1.json", "dev-v2.0.json", "dev.json"), (), "f1"),
+    # One dev and one test split, each under either name: the CoNLL-2003 release's eng.testa/eng.testb are the
+    # dev/test files (as separate splits they were named "eng" twice, and the release's layout had no dev file).
     "ner": TaskInfo("ner", "ner", ("train.txt", "eng.train"), ("dev.txt", "eng.testa"), ("test.txt", "eng.testb"),
-                    "f1"),
+                    "f1", splits=(Split("dev", ("dev.txt", "eng.testa"), gold=True, required=True),
+                                  Split("test", ("test.txt", "eng.testb"), gold=False))),
 }
 
 
