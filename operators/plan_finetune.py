@@ -8,6 +8,7 @@ tasks run exactly that and never look at the conf again.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,17 @@ def plan(params: dict[str, Any], run_id: str | None, settings: tuple[str, ...],
     return planned
 
 
+def _version_hint(info, data: Path, config, other: str) -> str:
+    """A SQuAD dir with only the other version's train file: say which version_2 reads it (a 2.0 dir with the
+    form's default version_2 false was refused naming only the 1.1 files)."""
+    found = [f for f in info.train_files if other in f and (data / f).is_file()] if info.kind == "squad" else []
+    if not found:
+        return ""
+    value = "false" if config.version_2 else "true"
+    overrides = json.dumps({info.name: {"version_2": not config.version_2}})
+    return f"; found {found[0]}: set version_2 {value} (for this task only: overrides {overrides})"
+
+
 def check_task(plan: FinetuneTaskPlan, names: dict[str, str] | None = None) -> None:
     """The task's config as the step will build it, its files and the model's limits, checked now. `names`: the
     Param that sets each setting, for the errors (default: the setting's own name, as bert_finetune's form has)."""
@@ -115,14 +127,14 @@ def check_task(plan: FinetuneTaskPlan, names: dict[str, str] | None = None) -> N
         data = Path(config.data_dir)
         if not data.is_dir():
             raise BertPipelineError(f"tasks.{task}: data directory {config.data_dir} does not exist")
+        other = "v1.1" if config.version_2 else "v2.0"  # SQuAD: the version this run does not read
         if info.kind == "squad":
-            wanted = "v2.0" if config.version_2 else "v1.1"
-            candidates = [f for f in info.train_files if wanted in f or "v" not in f]
+            candidates = [f for f in info.train_files if other not in f]
         else:
             candidates = list(info.train_candidates(config.language or "zh"))
         if config.train_file is None and not any((data / name).is_file() for name in candidates):
             raise BertPipelineError(f"tasks.{task}: {config.data_dir} has no training file (looked for "
-                                    f"{', '.join(candidates)})")
+                                    f"{', '.join(candidates)}){_version_hint(info, data, config, other)}")
     if not storage.is_s3(config.model) and not storage.local_path(config.model).exists():
         # Fine-tuning starts from weights: a bare architecture name (bert_2_64_2) is no model here, and a path that
         # is not there would fail only in the mapped task.

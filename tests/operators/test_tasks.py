@@ -162,6 +162,9 @@ def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatc
     sst2, squad = plan(overrides={"sst-2": {"max_len": 32}, "squad": {"max_len": 32, "max_seq_length": 96}})
     assert (sst2.settings["max_seq_length"], squad.settings["max_seq_length"]) == (32, 96)
 
+    squad2 = tmp_path / "squad2"  # SQuAD 2.0 files only
+    squad2.mkdir()
+    (squad2 / "train-v2.0.json").write_text("{}", encoding="utf-8")
     bad = [
         (dict(learning_rate=1e-4), r"bert_finetune conf: unknown param\(s\) learning_rate"),
         (dict(overrides={"sst-2": {"epoch": 1}}), r"overrides.sst-2.epoch: not a fine-tuning setting"),
@@ -176,6 +179,8 @@ def test_finetune_plan_layers_settings_and_rejects_bad_conf(tmp_path, monkeypatc
         (dict(search={"lr": [1e-4]}, num_workers=2), "task sst-2: a search runs one worker per trial"),
         (dict(tasks={"cola": str(tmp_path)}), f"tasks.cola: {tmp_path} has no training file"),
         (dict(tasks={"cola": str(tmp_path / "nowhere")}), "tasks.cola: data directory .* does not exist"),
+        (dict(tasks={"squad": str(squad2)}), r"tasks.squad: .* has no training file \(looked for train-v1.1.json, "
+         r"train.json\); found train-v2.0.json: set version_2 true"),
         (dict(max_seq_length=1024), "task sst-2: max_seq_length 1024 is longer than the model's 512 positions"),
         (dict(overrides={"squad": {"max_seq_length": 1024}}),
          "task squad: max_seq_length 1024 is longer than the model's 512 positions"),
