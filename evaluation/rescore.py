@@ -13,15 +13,16 @@ from pathlib import Path
 from typing import Any
 
 
-def dev_files_sha256(task: str, data_dir: str) -> dict[str, str]:
-    """sha256 of each gold dev file of `task` in `data_dir` (local or s3://), by file name: the data's pin."""
+def dev_files_sha256(task: str, data_dir: str, version_2: bool = False) -> dict[str, str]:
+    """sha256 of each gold dev file of `task` in `data_dir` (local or s3://), by file name: the data's pin.
+    `version_2`: SQuAD's, which picks the dev file scored (a 2.0 model's pinned data has dev-v2.0.json)."""
     from bert_core.io import manifest, storage
     from bert_core.tasks import catalog as tasks
 
     info = tasks.get(task)
     local = storage.local_dir(data_dir)
     pins = {}
-    for split in info.eval_splits():
+    for split in info.eval_splits(version_2):
         if not split.gold:
             continue
         path = tasks.find_file(local, split.files, split.name, info, required=split.required)
@@ -41,7 +42,7 @@ def rescore(model_dir: str | Path, task: str, data_dir: str, out: str,
     from bert_core.finetune.evaluate import evaluate_model
     from bert_core.io import storage
 
-    pins = dev_files_sha256(task, data_dir)
+    pins = dev_files_sha256(task, data_dir, bool((settings or {}).get("version_2")))
     with tempfile.TemporaryDirectory(prefix="bert-rescore-") as scratch:
         metrics = evaluate_model(model_dir, task, data_dir, settings, out_dir=scratch)
         with storage.atomic_output_dir(out, overwrite=True) as dest:

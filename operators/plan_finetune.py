@@ -107,6 +107,7 @@ def check_task(plan: FinetuneTaskPlan, names: dict[str, str] | None = None) -> N
     from bert_core.finetune.config import FinetuneConfig
     from bert_core.io import storage
     from bert_core.tasks import catalog as tasks
+    from bert_core.tasks import squad as squad_files
     from operators.params import known_settings
 
     task = plan.task
@@ -127,9 +128,9 @@ def check_task(plan: FinetuneTaskPlan, names: dict[str, str] | None = None) -> N
         data = Path(config.data_dir)
         if not data.is_dir():
             raise BertPipelineError(f"tasks.{task}: data directory {config.data_dir} does not exist")
-        other = "v1.1" if config.version_2 else "v2.0"  # SQuAD: the version this run does not read
+        other = squad_files.other_version_tag(bool(config.version_2))  # SQuAD: the version this run does not read
         if info.kind == "squad":
-            candidates = [f for f in info.train_files if other not in f]
+            candidates = list(squad_files.version_files(info.train_files, bool(config.version_2)))
         else:
             candidates = list(info.train_candidates(config.language or "zh"))
         if config.train_file is None and not any((data / name).is_file() for name in candidates):

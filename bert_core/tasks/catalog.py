@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bert_core.errors import BertPipelineError
-from bert_core.tasks import glue
+from bert_core.tasks import glue, squad
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,10 @@ class TaskInfo:
     splits: tuple[Split, ...] | None = None
     missing_train_hint: str = ""  # said when no train file is found
 
-    def eval_splits(self) -> tuple[Split, ...]:
+    def eval_splits(self, version_2: bool = False) -> tuple[Split, ...]:
+        """`version_2`: SQuAD's, whose one dev split is its version's file (or the unversioned dev.json)."""
+        if self.kind == "squad":
+            return (Split("dev", squad.version_files(self.dev_files, version_2), gold=True, required=True),)
         if self.splits is not None:
             return self.splits
         return (tuple(Split(Path(n).stem, (n,), True, i == 0) for i, n in enumerate(self.dev_files))

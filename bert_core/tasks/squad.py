@@ -39,6 +39,17 @@ def normalize_version(version: str) -> str:
     raise BertPipelineError(f"unknown SQuAD version {version!r}: expected 1.1 or 2.0")
 
 
+def other_version_tag(version_2: bool) -> str:
+    """The tag in the file names (train-v2.0.json) of the version a run does not read."""
+    return "v1.1" if version_2 else "v2.0"
+
+
+def version_files(files: tuple[str, ...], version_2: bool) -> tuple[str, ...]:
+    """The SQuAD file names a run of this version reads: its own version's and the unversioned ones (train.json,
+    dev.json; "dev" has a "v" in it, so the test is for the other version's tag, not for the letter)."""
+    return tuple(f for f in files if other_version_tag(version_2) not in f)
+
+
 def detect_version(data: Mapping[str, Any], source: str = "dataset") -> str:
     """The version field when present, else v2.0 when any question has `is_impossible`."""
     if "version" in data:

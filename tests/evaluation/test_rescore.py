@@ -23,3 +23,17 @@ def test_rescore_writes_predictions_and_pins_the_dev_file(tmp_path):
     # Another dev file is another pin: the nightly does not compare nights across it.
     (data / "dev.tsv").write_text((data / "dev.tsv").read_text() + "a new sentence\t1\n")
     assert dev_files_sha256("sst-2", str(data)) != result["data_sha256"]
+
+
+def test_squad_pins_the_dev_file_of_the_models_version(tmp_path):
+    """A SQuAD 2.0 model's pinned data has dev-v2.0.json: the nightly pinned as if every SQuAD model were 1.1,
+    so re-scoring a 2.0 champion failed with 'no dev-v1.1 file for squad' before it was scored."""
+    data = tmp_path / "squad"
+    data.mkdir()
+    for name in ("dev-v1.1.json", "dev-v2.0.json"):
+        (data / name).write_text(json.dumps({"version": name[5:8], "data": []}), encoding="utf-8")
+    digest = {n: hashlib.sha256((data / n).read_bytes()).hexdigest() for n in ("dev-v1.1.json", "dev-v2.0.json")}
+    assert dev_files_sha256("squad", str(data)) == {"dev-v1.1.json": digest["dev-v1.1.json"]}
+    assert dev_files_sha256("squad", str(data), version_2=True) == {"dev-v2.0.json": digest["dev-v2.0.json"]}
+    (data / "dev-v1.1.json").unlink()
+    assert dev_files_sha256("squad", str(data), version_2=True) == {"dev-v2.0.json": digest["dev-v2.0.json"]}

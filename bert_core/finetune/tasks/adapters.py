@@ -23,7 +23,7 @@ from bert_core.model.modeling import (
 )
 from bert_core.tasks import conll, glue
 from bert_core.tasks.catalog import Split, TaskInfo, find_file
-from bert_core.tasks.squad import read_squad
+from bert_core.tasks.squad import other_version_tag, read_squad, version_files
 
 log = logging.getLogger(__name__)
 
@@ -189,17 +189,13 @@ class SquadAdapter(Adapter):
     model_class = BertForQuestionAnswering
     output_names = ("start_logits", "end_logits")
 
-    def _other_version(self) -> str:
-        return "v1.1" if self.cfg.version_2 else "v2.0"
-
     def _version_files(self, files: tuple[str, ...]) -> tuple[str, ...]:
-        # The files of this run's version and the unversioned ones (train.json, dev.json: "dev" has a "v" in
-        # it, so testing for the letter dropped dev.json).
-        return tuple(f for f in files if self._other_version() not in f)
+        return version_files(files, bool(self.cfg.version_2))
 
     def _version_hint(self, files: tuple[str, ...]) -> str:
         """What to do when only the other version's file is there: --version-2 picks the files."""
-        present = [f for f in files if self._other_version() in f and (self.data_dir / f).is_file()]
+        other = other_version_tag(bool(self.cfg.version_2))
+        present = [f for f in files if other in f and (self.data_dir / f).is_file()]
         if not present:
             return ""
         flag = "without --version-2" if self.cfg.version_2 else "with --version-2"
@@ -215,7 +211,7 @@ class SquadAdapter(Adapter):
                          hint=self._version_hint(self.task.train_files))
 
     def eval_files(self) -> list[tuple[Split, Path]]:
-        dev = Split("dev", self._version_files(self.task.dev_files), gold=True, required=True)
+        (dev,) = self.task.eval_splits(bool(self.cfg.version_2))
         return [(dev, find_file(self.data_dir, dev.files, "dev", self.task,
                                 hint=self._version_hint(self.task.dev_files)))]
 
