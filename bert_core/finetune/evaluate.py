@@ -20,6 +20,7 @@ from bert_core.finetune.config import DEPRECATED_MAX_LEN, FinetuneConfig, rename
 from bert_core.finetune.step import evaluate_sets
 from bert_core.finetune.tasks.adapters import ADAPTERS
 from bert_core.io import storage
+from bert_core.model.config import BertConfig
 from bert_core.model.tokenization import BertTokenizer
 from bert_core.tasks import catalog
 from bert_core.train.precision import Precision
@@ -49,7 +50,10 @@ def evaluate_model(model_dir: str | Path, task: str, data_dir: str,
     local_data = storage.local_dir(data_dir)
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     tokenizer = BertTokenizer.from_model_dir(model_dir)
-    adapter = ADAPTERS[info.kind](info, local_data, tokenizer, cfg)
+    # A NER model's tags are its own (config.json's id2label), not re-derived from a training file that pinned dev
+    # data need not have (the nightly refused a NER model's data without train.txt).
+    labels = {"labels": _model_labels(model_dir)} if info.kind == "ner" else {}
+    adapter = ADAPTERS[info.kind](info, local_data, tokenizer, cfg, **labels)
     eval_sets = [s for s in adapter.eval_sets() if s.has_gold]
     model = adapter.model_class.from_pretrained(str(model_dir), **adapter.config_overrides()).to(dev)
     with tempfile.TemporaryDirectory(prefix="bert-task-eval-") as scratch:
@@ -58,6 +62,14 @@ def evaluate_model(model_dir: str | Path, task: str, data_dir: str,
         metrics = evaluate_sets(adapter, model, eval_sets, cfg, Precision("float32", dev), dev, target, info)
         (target / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     return metrics
+
+
+def _model_labels(model_dir: Path) -> list[str]:
+    """The labels of a fine-tuned model, in the order of its head's outputs."""
+    id2label = BertConfig.from_json_file(model_dir / "config.json").id2label
+    if not id2label:
+        raise BertPipelineError(f"{model_dir / 'config.json'}: no id2label, expected the tags of a fine-tuned NER model")
+    return [id2label[i] for i in range(len(id2label))]
 
 
 def settings_from_manifest(finetune_manifest: dict[str, Any]) -> dict[str, Any]:

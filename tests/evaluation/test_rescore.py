@@ -37,3 +37,29 @@ def test_squad_pins_the_dev_file_of_the_models_version(tmp_path):
     assert dev_files_sha256("squad", str(data), version_2=True) == {"dev-v2.0.json": digest["dev-v2.0.json"]}
     (data / "dev-v1.1.json").unlink()
     assert dev_files_sha256("squad", str(data), version_2=True) == {"dev-v2.0.json": digest["dev-v2.0.json"]}
+
+
+def test_ner_is_rescored_with_the_models_own_tags_on_dev_data_alone(tmp_path):
+    """A NER model's tags come from its config's id2label: the nightly's pinned data need not hold the training file
+    (re-scoring asked for train.txt to derive the tags again), and the head's order is the model's."""
+    import torch
+
+    from bert_core.model.modeling import BertForTokenClassification
+    from tests.tiny_bert import VOCAB
+
+    tags = {0: "O", 1: "I-PER", 2: "B-LOC", 3: "B-PER"}  # not the sorted order a training file would give
+    model = BertForTokenClassification.from_pretrained(str(write_tiny_bert(tmp_path / "tiny")), num_labels=4,
+                                                       id2label=tags)
+    with torch.no_grad():  # every word piece answers B-PER
+        model.classifier.weight.zero_()
+        model.classifier.bias.copy_(torch.tensor([0.0, 0.0, 0.0, 5.0]))
+    model.save_pretrained(str(tmp_path / "ner-model"), vocab_file=str(VOCAB))
+    data = toy_tasks.write_ner(tmp_path / "ner", n_train=2, n_dev=3)
+    (data / "train.txt").unlink()
+
+    result = rescore(tmp_path / "ner-model", "ner", str(data), str(tmp_path / "scored"), {"max_seq_length": 32})
+    assert set(result["data_sha256"]) == {"dev.txt"}
+    predicted = {line.split()[-1] for line in (tmp_path / "scored" / "dev_predictions.txt").read_text().splitlines()
+                 if line.strip()}
+    assert predicted == {"B-PER"}
+    assert 0 < result["metrics"]["precision"] < 1

@@ -258,12 +258,16 @@ class NerAdapter(Adapter):
 
     model_class = BertForTokenClassification
 
-    def __init__(self, task, data_dir, tokenizer, cfg):
+    def __init__(self, task, data_dir, tokenizer, cfg, labels: list[str] | None = None):
+        """`labels`: a fine-tuned model's own (its config's id2label), to score it on dev data alone: the labels
+        of a model being trained come from its training file's tags."""
         super().__init__(task, data_dir, tokenizer, cfg)
-        train = conll.read_conll(self.train_file())
-        tags = {t for s in train for t in conll.to_iob2(s.tags)}
-        self.labels = ["O", *sorted(tags - {"O"})]
-        self._train = train
+        self._train = None
+        if labels is None:
+            self._train = conll.read_conll(self.train_file())
+            tags = {t for s in self._train for t in conll.to_iob2(s.tags)}
+            labels = ["O", *sorted(tags - {"O"})]
+        self.labels = list(labels)
 
     def config_overrides(self) -> dict[str, Any]:
         return {"num_labels": len(self.labels), "id2label": dict(enumerate(self.labels))}
