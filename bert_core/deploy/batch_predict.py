@@ -5,6 +5,7 @@ in fine-tuning's formats out, so the official scorers read them as they read fin
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,8 @@ import numpy as np
 from bert_core.deploy.runtime import ExportedModel
 from bert_core.errors import BertPipelineError
 from bert_core.finetune.config import SquadOptions
+
+log = logging.getLogger(__name__)
 
 
 def predict_file(model: ExportedModel, data: str | Path, output: str | Path, task: str | None = None,
@@ -33,10 +36,15 @@ def predict_file(model: ExportedModel, data: str | Path, output: str | Path, tas
     seq = meta["max_seq_length"]
     if meta["task"] == "question_answering":
         from bert_core.finetune.tasks.squad import make_features, postprocess
-        from bert_core.tasks.squad import read_squad
+        from bert_core.tasks.squad import V2, read_squad
 
         squad = squad or SquadOptions()
-        _, examples = read_squad(data)
+        version, examples = read_squad(data)
+        if (version == V2) != squad.version_2:
+            # As fine-tuning says of its dev file: a 2.0 file predicted as 1.1 answers every question (no "" and no
+            # null_odds.json), and its scores drop, with nothing else to tell why.
+            log.warning("%s is SQuAD %s but --version-2 is %s: predicting as SQuAD %s", data, version,
+                        "set" if squad.version_2 else "not set", "2.0" if squad.version_2 else "1.1")
         features = make_features(examples, tokenizer, seq, squad.doc_stride, squad.max_query_length)
         arrays = feats.pad_squad_features(features, seq)
         start, end = model.run(arrays["input_ids"], arrays["token_type_ids"], arrays["attention_mask"],
