@@ -23,7 +23,7 @@ from bert_core.model.modeling import (
 )
 from bert_core.tasks import conll, glue
 from bert_core.tasks.catalog import Split, TaskInfo, find_file
-from bert_core.tasks.squad import other_version_tag, read_squad, version_files
+from bert_core.tasks.squad import V2, other_version_tag, read_squad, version_files
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,12 @@ class SquadAdapter(Adapter):
                                 hint=self._version_hint(self.task.dev_files)))]
 
     def _parse(self, path: Path) -> None:
-        read_squad(path)
+        version, _ = read_squad(path)
+        if self.cfg.version_2 and version != V2 and path != self.train_file():
+            # Its scorer, evaluate-v1.1, takes no no-answer odds: the run trained, then failed at the first score.
+            raise BertPipelineError(f"{path}: a SQuAD {version} dev file, but --version-2 (version_2 in a DAG conf) "
+                                    "is set and 1.1's scorer takes no no-answer odds: run without --version-2, or "
+                                    "score on a SQuAD 2.0 dev file")
 
     def _features(self, path: Path, training: bool):
         version, examples = read_squad(path)

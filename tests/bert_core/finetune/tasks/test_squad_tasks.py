@@ -190,3 +190,25 @@ def test_unversioned_squad_files_are_found_and_a_missing_version_says_which_flag
         adapter(other).train_file()
     with pytest.raises(BertPipelineError, match=f"found dev-{tag}.json: run {flag}"):
         adapter(other).eval_files()
+
+
+def test_a_v1_dev_file_under_version_2_is_refused_before_training(tokenizer, tmp_path):
+    """1.1's scorer takes no no-answer odds: a --version-2 run on a 1.1 dev file trained its first epoch, then failed
+    at the first score, naming evaluate's --version flag, which finetune has not."""
+    from bert_core.errors import BertPipelineError
+    from bert_core.finetune.config import FinetuneConfig
+    from bert_core.finetune.tasks.adapters import SquadAdapter
+    from bert_core.tasks import catalog
+
+    article = {"title": "t", "paragraphs": [{"context": "Hana lives in Quito.", "qas": [
+        {"id": "q1", "question": "Where does Hana live?", "answers": [{"text": "Quito", "answer_start": 14}]}]}]}
+    for name in ("train.json", "dev.json"):
+        (tmp_path / name).write_text(json.dumps({"version": "1.1", "data": [article]}), encoding="utf-8")
+
+    def adapter(version_2):
+        cfg = FinetuneConfig(task="squad", data_dir=str(tmp_path), model="m", output="", version_2=version_2)
+        return SquadAdapter(catalog.get("squad"), tmp_path, tokenizer, cfg)
+
+    adapter(False).check_files()
+    with pytest.raises(BertPipelineError, match=r"dev.json: a SQuAD 1.1 dev file, but --version-2 .* is set"):
+        adapter(True).check_files()
