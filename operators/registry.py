@@ -49,6 +49,11 @@ DEFAULT_FLOORS: dict[str, dict[str, float]] = {
 }
 
 
+# The sha256 of the dev file a version's metrics were scored on (the evaluate step's gold file): metrics of two
+# dev files (SQuAD 1.1 and 2.0 under one bert-squad, or a changed dev set) cannot be compared.
+DEV_DATA_TAG = "dev_sha256"
+
+
 def model_name(task: str | None) -> str:
     """`bert-<task>` (lower-case, canonical task name) or `bert-pretrained` for None / "pretrained"."""
     if task is None or task.lower() in ("pretrained", "pretrain", PRETRAINED):
@@ -241,7 +246,8 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
 
     def judge(served: dict[str, Any] | None) -> tuple[str | None, dict[str, float] | None, bool, list[str]]:
         return _judge(client, name, version, candidate, gates, floors,
-                      registered.tags.get("metrics_on") if require_heldout else "held-out", served, chance)
+                      registered.tags.get("metrics_on") if require_heldout else "held-out", served, chance,
+                      registered.tags.get(DEV_DATA_TAG))
 
     served: dict[str, Any] | None = None
     while True:
@@ -283,15 +289,23 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
 
 def _judge(client, name: str, version: str, candidate: dict[str, float], gates: tuple[str, ...],
            floors: dict[str, float], metrics_on: str | None, served: dict[str, Any] | None,
-           chance: dict[str, float] | None = None) -> tuple[str | None, dict[str, float] | None, bool, list[str]]:
+           chance: dict[str, float] | None = None, dev_data: str | None = None,
+           ) -> tuple[str | None, dict[str, float] | None, bool, list[str]]:
     """(champion version, its metrics, promote?, reasons) against the champion as the registry has it now.
     `metrics_on`: where the candidate was scored when held-out data is required ("held-out" otherwise);
-    `served`: the serving check's result, None when not (yet) run."""
+    `served`: the serving check's result, None when not (yet) run; `dev_data`: the candidate's DEV_DATA_TAG."""
     champion_version = current_version(client, name, CHAMPION)
     champion = version_metrics(client, name, champion_version) if champion_version else None
     if champion_version == version:
         return champion_version, champion, True, ["already the champion"]
     promoted, reasons = decide(candidate, champion, gates, floors, chance)
+    champion_data = client.get_model_version(name, champion_version).tags.get(DEV_DATA_TAG) if champion else None
+    if dev_data and champion_data and dev_data != champion_data:
+        promoted = False
+        reasons.append(f"it was scored on another dev file than champion v{champion_version} (sha256 {dev_data[:12]} "
+                       f"against {champion_data[:12]}: another SQuAD version or dev set), so their metrics cannot be "
+                       "compared; the nightly scores both on its pinned data, and the champion alias can be moved by "
+                       "hand (the MLflow UI's model page)")
     if metrics_on != "held-out":
         promoted = False
         reasons.append(f"its metrics were measured on {metrics_on or 'unrecorded data'}, not on held-out data")

@@ -228,7 +228,9 @@ def evaluate(finetuned: dict[str, Any], output: str) -> dict[str, Any]:
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         manifest.write(manifest.build("evaluate", {"task": task.name}, inputs, out, ["metrics.json"], started,
                                       metrics=metrics), out)
-    return {**finetuned, "metrics": metrics, "chance": chance, "evaluation": output}
+    # The dev file the gates read, so that promotion compares only metrics of one dev file (registry.DEV_DATA_TAG).
+    dev_sha256 = inputs[str(gold_dir / scored[0]["gold_file"])]
+    return {**finetuned, "metrics": metrics, "chance": chance, "dev_sha256": dev_sha256, "evaluation": output}
 
 
 def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool = True,
@@ -240,7 +242,7 @@ def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool
 
     name = registry.model_name(trained.get("task"))
     tags = {"output": trained["output"]}
-    for key in ("metrics_on", "learning_check"):
+    for key in ("metrics_on", "learning_check", registry.DEV_DATA_TAG):
         if trained.get(key):
             tags[key] = str(trained[key])
     registered = registry.register(trained["mlflow_run_id"], name, trained["metrics"], tags=tags)

@@ -79,6 +79,21 @@ def test_below_floor_and_missing_metric(store):
     assert not report["promoted"] and "no value" in report["reasons"][0]
 
 
+def test_metrics_of_another_dev_file_are_not_compared(store):
+    """bert-squad holds SQuAD 1.1 and 2.0 models alike: a 2.0 candidate at f1 64 replaced a 1.1 champion at f1 50
+    (other data, and its exact gate skipped) with "every gate metric is no worse". Scored on another dev file, a
+    candidate is not promoted, whatever its figures; one scored on the same file is judged as before."""
+    first = store({"accuracy": 0.80}, tags={registry.DEV_DATA_TAG: "a" * 64})
+    assert registry.promote("bert-sst-2", first, check_serving=False)["promoted"]
+    other = store({"accuracy": 0.95}, tags={registry.DEV_DATA_TAG: "b" * 64})
+    report = registry.promote("bert-sst-2", other, check_serving=False)
+    assert not report["promoted"] and _aliases("bert-sst-2") == {"champion": first}
+    assert report["reasons"][-1].startswith(f"it was scored on another dev file than champion v{first} (sha256 "
+                                            f"{'b' * 12} against {'a' * 12}")
+    same = store({"accuracy": 0.90}, tags={registry.DEV_DATA_TAG: "a" * 64})
+    assert registry.promote("bert-sst-2", same, check_serving=False)["promoted"]
+
+
 def test_lower_is_better_and_names(store):
     first = store({"loss": 2.0, "mlm_accuracy": 0.3, "mlm_accuracy_over_chance": 0.24}, name="bert-pretrained")
     assert registry.promote("bert-pretrained", first, gates=["loss"])["promoted"]

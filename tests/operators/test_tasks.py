@@ -102,6 +102,8 @@ def test_evaluate_rescores_every_file_finetuning_scored(tmp_path, monkeypatch):
         # what tagging every token "O" scores (NER: no entity, so 0 F1; the "O" share as token accuracy).
         if task == "mnli":
             assert set(evaluated["chance"]) == {"accuracy"}, evaluated["chance"]
+            # The dev file the gates read, which promotion compares with the champion's (registry.DEV_DATA_TAG).
+            assert evaluated["dev_sha256"] == manifest.sha256_file(mnli / "dev_matched.tsv")
         else:
             assert evaluated["chance"]["f1"] == 0.0 and 0 < evaluated["chance"]["accuracy"] < 1, evaluated["chance"]
         assert manifest.read(tmp_path / f"eval-{task}")["metrics"] == done["metrics"]
