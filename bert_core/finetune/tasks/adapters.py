@@ -217,11 +217,19 @@ class SquadAdapter(Adapter):
 
     def _parse(self, path: Path) -> None:
         version, _ = read_squad(path)
-        if self.cfg.version_2 and version != V2 and path != self.train_file():
+        if path == self.train_file():
+            return
+        if self.cfg.version_2 and version != V2:
             # Its scorer, evaluate-v1.1, takes no no-answer odds: the run trained, then failed at the first score.
             raise BertPipelineError(f"{path}: a SQuAD {version} dev file, but --version-2 (version_2 in a DAG conf) "
                                     "is set and 1.1's scorer takes no no-answer odds: run without --version-2, or "
                                     "score on a SQuAD 2.0 dev file")
+        if not self.cfg.version_2 and version == V2:
+            # Without it the model never answers "" (no null score is compared), so every unanswerable question
+            # scores 0 and the run's figures say nothing of what 2.0 asks; seen as a full run with a warning.
+            raise BertPipelineError(f"{path}: a SQuAD 2.0 dev file, but --version-2 (version_2 in a DAG conf) is not "
+                                    "set, so the model would answer every question, the unanswerable ones too: run "
+                                    "with --version-2, or score on a SQuAD 1.1 dev file")
 
     def _features(self, path: Path, training: bool):
         version, examples = read_squad(path)

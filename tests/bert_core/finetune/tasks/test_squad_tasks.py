@@ -192,7 +192,7 @@ def test_unversioned_squad_files_are_found_and_a_missing_version_says_which_flag
         adapter(other).eval_files()
 
 
-def test_a_v1_dev_file_under_version_2_is_refused_before_training(tokenizer, tmp_path):
+def test_a_dev_file_of_the_other_version_is_refused_before_training(tokenizer, tmp_path):
     """1.1's scorer takes no no-answer odds: a --version-2 run on a 1.1 dev file trained its first epoch, then failed
     at the first score, naming evaluate's --version flag, which finetune has not."""
     from bert_core.errors import BertPipelineError
@@ -212,3 +212,8 @@ def test_a_v1_dev_file_under_version_2_is_refused_before_training(tokenizer, tmp
     adapter(False).check_files()
     with pytest.raises(BertPipelineError, match=r"dev.json: a SQuAD 1.1 dev file, but --version-2 .* is set"):
         adapter(True).check_files()
+    # And the other way: a 2.0 dev file without --version-2 would never be answered "" (a run with a warning).
+    (tmp_path / "dev.json").write_text(json.dumps({"version": "v2.0", "data": [article]}), encoding="utf-8")
+    adapter(True).check_files()
+    with pytest.raises(BertPipelineError, match=r"dev.json: a SQuAD 2.0 dev file, but --version-2 .* is not set"):
+        adapter(False).check_files()
