@@ -17,6 +17,12 @@ from bert_core.finetune.config import SquadOptions
 log = logging.getLogger(__name__)
 
 
+def export_squad_options(model: ExportedModel) -> SquadOptions:
+    """The SQuAD settings a question-answering export was fine-tuned with (export.json's `squad`, from its model's
+    task.json); the defaults for an export made before they were recorded, or from a model without a card."""
+    return SquadOptions(**(model.meta.get("squad") or {}))
+
+
 def predict_file(model: ExportedModel, data: str | Path, output: str | Path, task: str | None = None,
                  quantized: bool = False, squad: SquadOptions | None = None) -> tuple[int, list[str]]:
     """Run the export on task input and write predictions in `finetune`'s formats.
@@ -38,7 +44,7 @@ def predict_file(model: ExportedModel, data: str | Path, output: str | Path, tas
         from bert_core.finetune.tasks.squad import make_features, postprocess
         from bert_core.tasks.squad import V2, read_squad
 
-        squad = squad or SquadOptions()
+        squad = squad or export_squad_options(model)
         version, examples = read_squad(data)
         if (version == V2) != squad.version_2:
             # As fine-tuning says of its dev file: a 2.0 file predicted as 1.1 answers every question (no "" and no

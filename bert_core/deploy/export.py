@@ -125,6 +125,16 @@ def output_shapes(task: str, seq: int | str, labels: int) -> dict[str, list]:
 _MODEL_CLASSES = {"question_answering": BertForQuestionAnswering, "token_classification": BertForTokenClassification}
 
 
+def _squad_settings(cfg: ExportConfig) -> dict | None:
+    """A question-answering export's SquadOptions fields from its model's task card; None where there is none."""
+    if cfg.task != "question_answering" or cfg.model is None or storage.is_s3(cfg.model):
+        return None
+    from bert_core.finetune.task_card import read_card
+
+    card = read_card(cfg.model)
+    return dict(card.squad) if card is not None and card.kind == "squad" else None
+
+
 def _load_model(cfg: ExportConfig) -> BertPreTrainedModel:
     cls = _MODEL_CLASSES.get(cfg.task, BertForSequenceClassification)
     overrides = {}
@@ -209,6 +219,9 @@ def export(cfg: ExportConfig) -> dict:
             "quantized_graph": "model.int8.onnx" if cfg.quantize else None,
             "quantization": QUANTIZATION if cfg.quantize else None,
             "random_weights": cfg.model is None,
+            # The SQuAD settings the model was fine-tuned and scored with (its task.json): how `predict --export`
+            # and this export's own evaluation split contexts and decide "no answer".
+            "squad": _squad_settings(cfg),
         }
         metrics = _parity(graph, tmp, meta, model.config.vocab_size)
         if eval_task is not None:

@@ -6,13 +6,13 @@ manifest; the INT8 gate (bert_core.deploy.int8_gate) reads it from there.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bert_core.deploy.batch_predict import predict_file
+from bert_core.deploy.batch_predict import export_squad_options, predict_file
 from bert_core.deploy.runtime import ExportedModel
-from bert_core.finetune.config import SquadOptions
 from bert_core.metrics.scoring import score_predictions
 from bert_core.tasks import catalog
 
@@ -37,7 +37,8 @@ def evaluate_export(model: ExportedModel, data: str | Path, task: str) -> Evalua
         from bert_core.tasks.squad import V2, read_squad
 
         version, _ = read_squad(data)
-        squad = SquadOptions(version_2=version == V2)
+        # The model's own settings (doc stride, null threshold ...), on this file's version.
+        squad = dataclasses.replace(export_squad_options(model), version_2=version == V2)
     scores: dict[str, dict[str, float]] = {}
     examples = 0
     with tempfile.TemporaryDirectory(prefix="bert-export-eval-") as work:

@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantized", action="store_true", help="--export only: run the INT8 graph of the export")
     from bert_core.finetune.config import SquadOptions
 
-    # With --model, the SQuAD settings are the ones the model was fine-tuned and scored with (its task.json).
+    # With --model, the SQuAD settings are the ones the model was fine-tuned and scored with (its task.json); with
+    # --export only, the export's record of them, and a flag given a value other than its default wins.
     add_config_arguments(parser, SquadOptions)
 
 
@@ -104,6 +105,20 @@ def _predictor(model: str, batch_size: int, export: str | None) -> Iterator:
     yield TaskPredictor.from_model_dir(model, batch_size=batch_size, export_dir=export)
 
 
+def export_options(exported, given):
+    """The SQuAD settings the export's model was fine-tuned with (export.json), with each flag that was given a value
+    other than its default over them: an export of a 2.0 model predicts "" without --version-2 being repeated."""
+    import dataclasses
+
+    from bert_core.deploy.batch_predict import export_squad_options
+    from bert_core.finetune.config import SquadOptions
+
+    defaults = SquadOptions()
+    changed = {f.name: getattr(given, f.name) for f in dataclasses.fields(SquadOptions)
+               if getattr(given, f.name) != getattr(defaults, f.name)}
+    return dataclasses.replace(export_squad_options(exported), **changed)
+
+
 def run(args: argparse.Namespace) -> int:
     from bert_core.errors import BertPipelineError
 
@@ -132,8 +147,9 @@ def run(args: argparse.Namespace) -> int:
     from bert_core.deploy.runtime import ExportedModel
     from bert_core.finetune.config import SquadOptions
 
-    squad = config_from_args(SquadOptions, args)
-    examples, written = predict_file(ExportedModel(args.export), args.input, args.output, task=args.task,
-                                     quantized=args.quantized, squad=squad)
+    exported = ExportedModel(args.export)
+    squad = export_options(exported, config_from_args(SquadOptions, args))
+    examples, written = predict_file(exported, args.input, args.output, task=args.task, quantized=args.quantized,
+                                     squad=squad)
     print(f"wrote {', '.join(written)} for {examples} examples")
     return 0

@@ -202,6 +202,46 @@ def test_squad_predictions_from_export_equal_pytorch(minilm_dir, tmp_path):
     assert evaluation["fp32"]["exact"] == official["exact"] and evaluation["fp32"]["f1"] == official["f1"]
 
 
+def test_an_export_predicts_with_its_models_squad_settings(minilm_dir, tmp_path):
+    """A fine-tuned SQuAD 2.0 model's settings (its task.json) travel in export.json: `predict --export` without
+    flags answers "" and writes null odds as the model was scored (it predicted as 1.1 with the default stride),
+    and the export's own evaluation uses them too; a flag given another value still wins."""
+    from dataclasses import asdict
+
+    from bert_core.finetune.task_card import TaskCard, write_card
+
+    data = FIXTURES / "squad" / "data-v2.0.json"
+    qa = BertForQuestionAnswering.from_pretrained(str(minilm_dir)).eval()
+    qa.save_pretrained(str(tmp_path / "qa"))
+    settings = SquadOptions(version_2=True, doc_stride=24, null_score_diff_threshold=-1.0)
+    write_card(tmp_path / "qa", TaskCard("squad", "squad", 64, asdict(settings)))
+    assert main(["export", "--task", "question_answering", "--model", str(tmp_path / "qa"), "--max-seq-length", "64",
+                 "--eval-data", str(data), "--output", str(tmp_path / "exp")]) == 0
+    meta = json.loads((tmp_path / "exp" / "export.json").read_text())
+    assert meta["squad"] == asdict(settings)
+    assert main(["predict", "--export", str(tmp_path / "exp"), str(data), "--output", str(tmp_path / "pred")]) == 0
+    tok = BertTokenizer.from_model_dir(tmp_path / "qa")
+    _, examples = read_squad(data)
+    features = make_features(examples, tok, 64, 24, 64)
+    arrays = feats.pad_squad_features(features, 64)
+    with torch.no_grad():
+        out = qa(*(torch.from_numpy(arrays[k]) for k in ("input_ids", "token_type_ids", "attention_mask")))
+    expected = postprocess(examples, features, out.start_logits.numpy(), out.end_logits.numpy(), settings)
+    assert json.loads((tmp_path / "pred" / "predictions.json").read_text()) == expected.predictions
+    assert (tmp_path / "pred" / "null_odds.json").is_file()
+    from bert_core.metrics.squad import evaluate_squad_file
+
+    official = evaluate_squad_file(data, tmp_path / "pred" / "predictions.json",
+                                   na_prob_file=tmp_path / "pred" / "null_odds.json")
+    assert meta["evaluation"]["fp32"]["exact"] == official["exact"]
+    # A flag given another value than its default wins over the export's record.
+    from bert_core.deploy.runtime import ExportedModel
+    from bert_pipeline.commands.predict import export_options
+
+    given = export_options(ExportedModel(tmp_path / "exp"), SquadOptions(doc_stride=32))
+    assert given == SquadOptions(version_2=True, doc_stride=32, null_score_diff_threshold=-1.0)
+
+
 def test_pt2_export_runs_with_torch_alone(minilm_dir, tmp_path):
     result = export(ExportConfig(task="regression", output=str(tmp_path / "exp"), model=str(minilm_dir),
                                  max_seq_length=16, batch_size=2, format="pt2"))
