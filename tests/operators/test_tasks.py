@@ -14,11 +14,14 @@ from operators import plan_demo, plan_finetune, plan_pretraining
 from operators import tasks as ops
 from operators.locations import demo_data
 
+# The DAG modules import Airflow, which configures logging and replaces the root logger's handlers: imported in a
+# test, they would remove the handler caplog reads (a test that ran alone saw no warning). Imported here, before.
+from pipelines import bert_demo, bert_finetune, bert_pretraining
+
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def test_plans(tmp_path, monkeypatch, minilm_dir):
-    from pipelines import bert_demo, bert_finetune, bert_pretraining
 
     monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
     squad = demo_data("squad")
