@@ -191,10 +191,13 @@ def _worse(metric: str, candidate: float, reference: float) -> bool:
 
 
 def decide(candidate: dict[str, float], champion: dict[str, float] | None, gates: tuple[str, ...],
-           floors: dict[str, float], chance: dict[str, float] | None = None) -> tuple[bool, list[str]]:
+           floors: dict[str, float], chance: dict[str, float] | None = None,
+           chance_answer: str = "the dev set's most frequent label, a constant score, no answer or no entity",
+           ) -> tuple[bool, list[str]]:
     """(promote?, reasons). Pure: the rule itself, without MLflow. `chance`: what a model that ignores its input
     scores on the same dev data (bert_core.metrics.scoring.chance_metrics); a gate metric must beat it, so that
-    a first model at chance (no champion to compare with, no floor for its task) is not promoted."""
+    a first model at chance (no champion to compare with, no floor for its task) is not promoted. `chance_answer`:
+    that model's answer in words, for the reason."""
     reasons: list[str] = []
     for metric in dict.fromkeys([*gates, *floors]):
         value = candidate.get(metric)
@@ -207,7 +210,7 @@ def decide(candidate: dict[str, float], champion: dict[str, float] | None, gates
         level = (chance or {}).get(metric)
         if metric in gates and level is not None and not _worse(metric, level, value):
             reasons.append(f"{metric}: {value:.6g} is no better than chance {level:.6g} (a model that ignores its "
-                           "input: the dev set's most frequent label, a constant score, no answer or no entity)")
+                           f"input: {chance_answer})")
         if metric in gates and champion is not None and metric in champion and _worse(metric, value, champion[metric]):
             reasons.append(f"{metric}: {value:.6g} is worse than the champion's {champion[metric]:.6g}")
     return not reasons, reasons
@@ -287,6 +290,17 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
     return report
 
 
+def _chance_answer(name: str) -> dict[str, str]:
+    """decide()'s chance_answer for a fine-tuned task's model (bert-<task>); none for others."""
+    from bert_core.errors import BertPipelineError
+    from bert_core.metrics.scoring import chance_answer
+
+    try:
+        return {"chance_answer": chance_answer(name.removeprefix("bert-"))}
+    except BertPipelineError:  # bert-pretrained, or a name of no task
+        return {}
+
+
 def _judge(client, name: str, version: str, candidate: dict[str, float], gates: tuple[str, ...],
            floors: dict[str, float], metrics_on: str | None, served: dict[str, Any] | None,
            chance: dict[str, float] | None = None, dev_data: str | None = None,
@@ -298,7 +312,7 @@ def _judge(client, name: str, version: str, candidate: dict[str, float], gates: 
     champion = version_metrics(client, name, champion_version) if champion_version else None
     if champion_version == version:
         return champion_version, champion, True, ["already the champion"]
-    promoted, reasons = decide(candidate, champion, gates, floors, chance)
+    promoted, reasons = decide(candidate, champion, gates, floors, chance, **_chance_answer(name))
     champion_data = client.get_model_version(name, champion_version).tags.get(DEV_DATA_TAG) if champion else None
     if dev_data and champion_data and dev_data != champion_data:
         promoted = False

@@ -22,6 +22,16 @@ def score_predictions(task: str, gold: str | Path, predictions: str | Path,
     return glue.evaluate_glue_files(gold_task, gold, predictions, language=language)
 
 
+# What chance_metrics scores, per task kind, in words: the answer of a model that ignores its input.
+CHANCE_ANSWERS = {"classification": "always the dev set's most frequent label", "regression": "a constant score",
+                  "squad": "no answer to any question", "ner": "no entity at all"}
+
+
+def chance_answer(task: str) -> str:
+    """CHANCE_ANSWERS of `task`'s kind."""
+    return CHANCE_ANSWERS[catalog.get(task).kind]
+
+
 def chance_metrics(task: str, gold: str | Path, language: str | None = None) -> dict[str, float]:
     """What a model that ignores its input scores on the gold file, by the task's own scorer: always the dev set's
     most frequent label for classification (accuracy, F1 and MCC of that constant answer: MRPC's majority scores

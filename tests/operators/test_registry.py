@@ -153,7 +153,12 @@ def test_squad_2_candidates_are_gated_on_its_scorer_s_names():
     chance = {"exact": 50.0, "f1": 50.0}
     assert registry.decide(v2, None, registry.default_gates("bert-squad", v2), {"f1": 0.0}, chance) == (True, [])
     never = {"exact": 50.0, "f1": 50.0, "HasAns_f1": 0.0, "NoAns_f1": 100.0}
-    assert registry.decide(never, None, registry.default_gates("bert-squad", never), {}, chance)[0] is False
+    promoted, reasons = registry.decide(never, None, registry.default_gates("bert-squad", never), {}, chance,
+                                        **registry._chance_answer("bert-squad"))
+    assert not promoted and reasons[0] == ("f1: 50 is no better than chance 50 (a model that ignores its input: no "
+                                           "answer to any question)")
+    assert registry._chance_answer("bert-sts-b") == {"chance_answer": "a constant score"}
+    assert registry._chance_answer("bert-pretrained") == {}
 
 
 def test_pretrained_gate_refuses_chance_level_and_training_data_scores(store, tmp_path):
