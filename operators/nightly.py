@@ -82,8 +82,10 @@ def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
         specs.append({"name": name, "task": task, "version": versions["champion"], "role": "champion",
                       "data_dir": data[task]})
         if versions["newest"] not in (None, versions["champion"]):
+            tags = registry.version_tags(name, versions["newest"])
             specs.append({"name": name, "task": task, "version": versions["newest"], "role": "candidate",
-                          "data_dir": data[task]})
+                          "data_dir": data[task], "promotion": {"decision": tags.get("promotion.decision"),
+                                                                 "reasons": tags.get("promotion.reasons")}})
     return specs
 
 
@@ -298,9 +300,20 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
         prefix = f"candidate/{name}"
         found = compare({f"{prefix}/{k}": v for k, v in cand["metrics"].items()},
                         {f"{prefix}/{k}": v for k, v in champ["metrics"].items()}, tolerances)
+        promotion = cand.get("promotion") or {}
+        if promotion.get("decision") == "rejected":
+            # Promotion already kept it from serving: shown, not counted, or the night would stay red for a version
+            # nobody serves until a newer one is registered.
+            found = [dataclasses.replace(f, regressed=False, note="; ".join(filter(None, [f.note, "rejected at "
+                                                                                            "promotion"])))
+                     for f in found]
+            notes.append(f"{name}: candidate v{cand['version']} was rejected at promotion "
+                         f"({promotion.get('reasons') or 'no reason recorded'}): its figures against champion "
+                         f"v{champ['version']} are shown, not counted.")
+        else:
+            notes.append(f"{name}: candidate v{cand['version']} against champion v{champ['version']}.")
         vs_champion += found
         versus.update({f.key: f" (candidate v{cand['version']} against champion v{champ['version']})" for f in found})
-        notes.append(f"{name}: candidate v{cand['version']} against champion v{champ['version']}.")
     sections.append(("Newest candidates against their champions",
                      "The newest registered version of each model, on the same pinned data as its champion.",
                      vs_champion))

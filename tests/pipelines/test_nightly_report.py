@@ -53,3 +53,22 @@ def test_a_worse_candidate_is_named_as_the_candidate_not_as_the_champion(home):
     assert status == {"bert-sst-2/accuracy": False, "candidate/bert-sst-2/accuracy": True}
     report = (home / "night2" / "report" / "report.md").read_text()
     assert "**FAILED: 1 regression(s)**: candidate/bert-sst-2/accuracy" in report
+
+
+def test_a_candidate_promotion_rejected_is_shown_not_counted(home):
+    """A worse candidate that promotion already rejected serves nobody: the night shows its figures against the
+    champion and passes, instead of failing every night until a newer version is registered."""
+    import json
+
+    from operators import nightly
+
+    assert nightly.compare_and_report([SST2], {}, str(home / "night1"))["status"] == "passed"
+    candidate = {**SST2, "version": "2", "role": "candidate", "metrics": {"accuracy": 0.4},
+                 "promotion": {"decision": "rejected", "reasons": "accuracy: 0.4 is worse than the champion's 0.9"}}
+    assert nightly.compare_and_report([SST2, candidate], {}, str(home / "night2"))["status"] == "passed"
+    results = json.loads((home / "night2" / "report" / "results.json").read_text())
+    [finding] = [f for f in results["findings"] if f["key"] == "candidate/bert-sst-2/accuracy"]
+    assert not finding["regressed"] and "rejected at promotion" in finding["note"]
+    report = (home / "night2" / "report" / "report.md").read_text()
+    assert ("bert-sst-2: candidate v2 was rejected at promotion (accuracy: 0.4 is worse than the champion's 0.9): "
+            "its figures against champion v1 are shown, not counted.") in report
