@@ -48,6 +48,7 @@ from bert_core.deploy.mlflow_model import pyfunc_spec
 from bert_core.errors import BertPipelineError
 from bert_core.io import storage
 from bert_core.io.tracking import NullTracker, Tracker, build_tracker, pipeline_home
+from bert_core.launch import ray_logs
 from bert_core.launch.ray_cluster import connect, on_local_instance, worker_env
 from bert_core.launch.ray_elastic import NODE_CHECK_S, WorkerGroupWatch, placeable_workers
 from bert_core.train.checkpointing import step_dir_name
@@ -393,7 +394,7 @@ def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: 
             failure_config=FailureConfig(max_failures=job.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=job.keep_checkpoints),
             worker_runtime_env={"env_vars": env},
-            callbacks=[watch],
+            callbacks=[watch, *ray_logs.callbacks()],
         ),
     )
     log.info("Ray Train: %s%s, run %r under %s", job.describe(), " on GPUs" if job.use_gpu else "",

@@ -75,6 +75,85 @@ log_levels()
 '''
 
 
+# A bert_task whose driver runs a one-worker Ray Train run with the callbacks a step's run gets (ray_logs).
+TRAIN_DAG = '''
+import sys
+import time
+
+from airflow.sdk import dag
+
+from operators.airflow_tasks import bert_task
+
+
+def loop(config):
+    import logging
+
+    logging.getLogger("ray.train.tests").info("an info line of Ray Train's worker logger")
+
+
+@bert_task
+def train():
+    import ray
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from bert_core.launch import ray_logs
+    from bert_core.launch.ray_cluster import connect, worker_env
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    connect(local_cpus=1)  # with its dashboard, as a run's: Ray Train's placement-group cleaner asks its state API
+    try:
+        TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=1),
+                     run_config=RunConfig(storage_path="STORAGE", callbacks=ray_logs.callbacks(),
+                                          worker_runtime_env={"env_vars": worker_env()})).fit()
+        time.sleep(3)  # Ray's log monitor forwards the lines by polling (see the other DAG)
+        return "trained"
+    finally:
+        ray.shutdown()
+
+
+@dag(schedule=None)
+def ray_train_levels():
+    train()
+
+
+ray_train_levels()
+'''
+
+
+def _supervised(tmp_path: Path, dag_text: str, dag_id: str) -> list[dict]:
+    """The task log's records of DAG_ID's `train` task, run by Airflow's supervisor."""
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / f"{dag_id}.py").write_text(dag_text)
+    log_path = tmp_path / "task.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "RAY_ADDRESS", "MLFLOW_TRACKING"))}
+    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", RAY_COLOR_PREFIX="0")
+    done = subprocess.run([sys.executable, "-m", "tests.operators.supervised_task", str(dags), f"{dag_id}.py",
+                           dag_id, "train", str(log_path)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return read_log(log_path)
+
+
+def test_ray_trains_own_info_lines_are_info_in_the_task_log(tmp_path):
+    """Ray Train's `ray.train` logger has a console handler of its own on stderr in its controller and workers:
+    "(TrainController) ..." and "(RayTrainWorker) ..." info lines were error lines in every training task's log."""
+    records = _supervised(tmp_path, TRAIN_DAG.replace("STORAGE", str(tmp_path / "ray")), "ray_train_levels")
+    assert any("Returned value was: trained" in r["event"] for r in records), records
+
+    def levels(text: str) -> set[str]:
+        found = {r["level"] for r in records if text in r["event"]}
+        assert found, f"{text!r} not in the task log: {[r['event'] for r in records]}"
+        return found
+
+    # Controller and worker lines of Ray Train, and a line of the training function's own (a ray.train child).
+    # (Its scaling policy's "Requesting resources" comes before any callback of a run and stays an error line.)
+    assert levels("Attempting to start training worker group") == {"info"}
+    assert levels("Setting up process group for: env://") == {"info"}
+    assert levels("an info line of Ray Train's worker logger") == {"info"}
+
+
 def test_a_ray_workers_info_lines_are_info_in_the_task_log_its_errors_error(tmp_path):
     dags = tmp_path / "dags"
     dags.mkdir()
