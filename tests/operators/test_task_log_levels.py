@@ -136,16 +136,22 @@ def _supervised(tmp_path: Path, dag_text: str, dag_id: str) -> list[dict]:
     return read_log(log_path)
 
 
+def _levels_of(records: list[dict]):
+    """text -> the levels of the task log's records that contain it (asserting there is one)."""
+    def levels(text: str) -> set[str]:
+        found = {r["level"] for r in records if text in r["event"]}
+        assert found, f"{text!r} not in the task log: {[r['event'] for r in records]}"
+        return found
+
+    return levels
+
+
 def test_ray_trains_own_info_lines_are_info_in_the_task_log(tmp_path):
     """Ray Train's `ray.train` logger has a console handler of its own on stderr in its controller and workers:
     "(TrainController) ..." and "(RayTrainWorker) ..." info lines were error lines in every training task's log."""
     records = _supervised(tmp_path, TRAIN_DAG.replace("STORAGE", str(tmp_path / "ray")), "ray_train_levels")
     assert any("Returned value was: trained" in r["event"] for r in records), records
-
-    def levels(text: str) -> set[str]:
-        found = {r["level"] for r in records if text in r["event"]}
-        assert found, f"{text!r} not in the task log: {[r['event'] for r in records]}"
-        return found
+    levels = _levels_of(records)
 
     # Controller and worker lines of Ray Train, and a line of the training function's own (a ray.train child).
     # (Its scaling policy's "Requesting resources" comes before any callback of a run and stays an error line.)
@@ -155,23 +161,9 @@ def test_ray_trains_own_info_lines_are_info_in_the_task_log(tmp_path):
 
 
 def test_a_ray_workers_info_lines_are_info_in_the_task_log_its_errors_error(tmp_path):
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    (dags / "log_levels.py").write_text(DAG)
-    log_path = tmp_path / "task.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "RAY_ADDRESS", "MLFLOW_TRACKING"))}
-    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", RAY_COLOR_PREFIX="0")
-    done = subprocess.run([sys.executable, "-m", "tests.operators.supervised_task", str(dags), "log_levels.py",
-                           "log_levels", "train", str(log_path)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
-    records = read_log(log_path)
+    records = _supervised(tmp_path, DAG, "log_levels")
     assert any("Returned value was: {'best_epoch': 1}" in r["event"] for r in records), records
-
-    def levels(text: str) -> set[str]:
-        found = {r["level"] for r in records if text in r["event"]}
-        assert found, f"{text!r} not in the task log: {[r['event'] for r in records]}"
-        return found
+    levels = _levels_of(records)
 
     assert levels("learning check: masked LM accuracy 0.231") == {"info"}
     assert levels("INFO mlflow.pyfunc: Validating input example against model signature") == {"info"}
