@@ -172,6 +172,17 @@ def test_eval_data_mistakes_are_clear_errors(tmp_path):
         _check_labels("xnli", ["0", "1", "2"])
 
 
+def _pytorch_squad(qa, model_dir, data, squad: SquadOptions):
+    """What eager PyTorch predicts for SQuAD file `data` at length 64 with `squad`'s settings."""
+    tok = BertTokenizer.from_model_dir(model_dir)
+    _, examples = read_squad(data)
+    features = make_features(examples, tok, 64, squad.doc_stride, 64)
+    arrays = feats.pad_squad_features(features, 64)
+    with torch.no_grad():
+        out = qa(*(torch.from_numpy(arrays[k]) for k in ("input_ids", "token_type_ids", "attention_mask")))
+    return postprocess(examples, features, out.start_logits.numpy(), out.end_logits.numpy(), squad)
+
+
 def test_squad_predictions_from_export_equal_pytorch(minilm_dir, tmp_path):
     data = FIXTURES / "squad" / "data-v2.0.json"
     qa = BertForQuestionAnswering.from_pretrained(str(minilm_dir)).eval()
@@ -180,14 +191,7 @@ def test_squad_predictions_from_export_equal_pytorch(minilm_dir, tmp_path):
                  "--dynamic-batch", "--eval-data", str(data), "--output", str(tmp_path / "exp")]) == 0
     assert main(["predict", "--export", str(tmp_path / "exp"), str(data), "--version-2", "--doc-stride", "24",
                  "--output", str(tmp_path / "pred")]) == 0
-    tok = BertTokenizer.from_model_dir(tmp_path / "qa")
-    _, examples = read_squad(data)
-    features = make_features(examples, tok, 64, 24, 64)
-    arrays = feats.pad_squad_features(features, 64)
-    with torch.no_grad():
-        out = qa(*(torch.from_numpy(arrays[k]) for k in ("input_ids", "token_type_ids", "attention_mask")))
-    expected = postprocess(examples, features, out.start_logits.numpy(), out.end_logits.numpy(),
-                           SquadOptions(version_2=True))
+    expected = _pytorch_squad(qa, tmp_path / "qa", data, SquadOptions(version_2=True, doc_stride=24))
     assert json.loads((tmp_path / "pred" / "predictions.json").read_text()) == expected.predictions
     null_odds = json.loads((tmp_path / "pred" / "null_odds.json").read_text())
     assert null_odds.keys() == expected.null_odds.keys()
@@ -220,13 +224,7 @@ def test_an_export_predicts_with_its_models_squad_settings(minilm_dir, tmp_path)
     meta = json.loads((tmp_path / "exp" / "export.json").read_text())
     assert meta["squad"] == asdict(settings)
     assert main(["predict", "--export", str(tmp_path / "exp"), str(data), "--output", str(tmp_path / "pred")]) == 0
-    tok = BertTokenizer.from_model_dir(tmp_path / "qa")
-    _, examples = read_squad(data)
-    features = make_features(examples, tok, 64, 24, 64)
-    arrays = feats.pad_squad_features(features, 64)
-    with torch.no_grad():
-        out = qa(*(torch.from_numpy(arrays[k]) for k in ("input_ids", "token_type_ids", "attention_mask")))
-    expected = postprocess(examples, features, out.start_logits.numpy(), out.end_logits.numpy(), settings)
+    expected = _pytorch_squad(qa, tmp_path / "qa", data, settings)
     assert json.loads((tmp_path / "pred" / "predictions.json").read_text()) == expected.predictions
     assert (tmp_path / "pred" / "null_odds.json").is_file()
     from bert_core.metrics.squad import evaluate_squad_file
