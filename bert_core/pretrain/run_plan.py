@@ -11,6 +11,7 @@ check on the driver, and each worker (a worker on another node needs its own loc
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +28,8 @@ from bert_core.train.precision import PrecisionChoice, agreed, resolve_precision
 
 if TYPE_CHECKING:
     import torch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,41 @@ def _shards(flag: str, spec: str) -> ShardSet:
         raise BertPipelineError(f"{flag}: {exc}") from exc
 
 
+def _shards_casing(shard_sets: list[ShardSet]) -> bool | None:
+    """The `do_lower_case` the shards' make-shards manifests record (None when none does); training and
+    evaluation shards tokenized with different casings are an error: one model cannot match both."""
+    recorded = {}
+    for shards in shard_sets:
+        for where, meta in shards.manifests.items():
+            value = (meta.get("config") or {}).get("do_lower_case") if isinstance(meta, dict) else None
+            if isinstance(value, bool):
+                recorded[where] = value
+    if len(set(recorded.values())) > 1:
+        listed = "; ".join(f"{where}: do_lower_case {value}" for where, value in recorded.items())
+        raise BertPipelineError(f"the shards were tokenized with different casings ({listed}); make them all "
+                                "with the same vocab and make-shards --cased setting")
+    return next(iter(recorded.values()), None)
+
+
+def _with_shards_casing(model_config: BertConfig, shard_sets: list[ShardSet], pretrained: str | None) -> BertConfig:
+    """The model directory records the casing its tokenizer must use (finetune, embed and serving read it),
+    so it is the casing the shards were tokenized with: a model trained on `make-shards --cased` shards was
+    written as lower-casing (the zoo's default) and every later step lower-cased its input. Weights already
+    trained with the other casing cannot continue on these shards."""
+    casing = _shards_casing(shard_sets)
+    if casing is None or model_config.do_lower_case == casing:
+        return model_config
+    if pretrained and model_config.do_lower_case is not None:
+        raise BertPipelineError(
+            f"--pretrained {pretrained} is a {'lower-casing' if model_config.do_lower_case else 'cased'} model "
+            f"(do_lower_case {model_config.do_lower_case}) but the shards were made "
+            f"{'without' if casing else 'with'} make-shards --cased (do_lower_case {casing}); make the shards "
+            "with the model's casing and vocab")
+    log.info("do_lower_case %s, as the shards were tokenized (--model's config says %s)", casing,
+             model_config.do_lower_case)
+    return model_config.replace(do_lower_case=casing)
+
+
 def plan_run(config: PretrainConfig, device: torch.device | str | None = None) -> RunPlan:
     """The run's plan; with the `device` its steps run on (every worker gives its own), also its precision.
     All workers must call it with a device together: they agree on one precision."""
@@ -115,8 +153,11 @@ def plan_run(config: PretrainConfig, device: torch.device | str | None = None) -
         model_config = BertConfig.from_json_file(config_file)
     else:
         model_config = model_config_from(config.model)
-    return RunPlan(config=config, shards=_shards("--data", config.data),
-                   eval_shards=_shards("--data-eval", config.data_eval) if config.data_eval else None,
+    shards = _shards("--data", config.data)
+    eval_shards = _shards("--data-eval", config.data_eval) if config.data_eval else None
+    model_config = _with_shards_casing(model_config, [shards] + ([eval_shards] if eval_shards else []),
+                                       pretrained=config.pretrained)
+    return RunPlan(config=config, shards=shards, eval_shards=eval_shards,
                    model_config=model_config, pretrained_dir=pretrained_dir, pretrained_weights=pretrained_weights,
                    output=config.output,
                    output_local=None if storage.is_s3(config.output) else storage.local_path(config.output),

@@ -85,6 +85,8 @@ _ARCH_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention
 def build_model(run: RunPlan) -> BertForPreTraining:
     if run.pretrained_dir is not None:
         model = load_pretrained(BertForPreTraining, run.config.pretrained, directory=run.pretrained_dir)
+        if model.config.do_lower_case is None:  # weights that do not say: the shards' casing (plan_run)
+            model.config.do_lower_case = run.model_config.do_lower_case
     else:
         model = BertForPreTraining(run.model_config)
     return model.train()

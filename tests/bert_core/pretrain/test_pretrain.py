@@ -459,3 +459,32 @@ def test_without_a_progress_bar_the_log_says_where_the_run_is(cfg, monkeypatch, 
     with caplog.at_level("INFO", logger="bert_core.pretrain.step"):
         pretrain(cfg(num_steps=4, log_interval=2, output=cfg().output + "-2"))
     assert not [r for r in caplog.records if r.getMessage().endswith("tokens/s")]
+
+
+def _with_casing(data, do_lower_case: bool):
+    """The shards' make-shards manifest records the casing they were tokenized with (make-shards --cased)."""
+    meta = json.loads((data / "manifest.json").read_text())
+    meta["config"]["do_lower_case"] = do_lower_case
+    (data / "manifest.json").write_text(json.dumps(meta))
+    return data
+
+
+def test_the_model_directory_records_the_casing_of_its_shards(cfg, tmp_path):
+    """Shards made with --cased give a model whose config says do_lower_case false: finetune, embed and serving
+    read it, and a model trained on cased text used to be written as lower-casing (the zoo's default), so every
+    later step lower-cased its input. Weights of the other casing, or train/eval shards of different casings,
+    are an error before training."""
+    cased = _with_casing(write_shards(tmp_path / "cased", num_shards=1), False)
+    pretrain(cfg(data=str(cased), num_steps=1, batch_size=8))
+    saved = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert saved["do_lower_case"] is False
+    uncased = _with_casing(write_shards(tmp_path / "uncased", num_shards=1), True)
+    with pytest.raises(BertPipelineError, match=r"tokenized with different casings .*cased.*do_lower_case False"):
+        check_inputs(cfg(data=str(cased), data_eval=str(uncased), output=str(tmp_path / "o2")))
+    lower = tmp_path / "lower"
+    lower.mkdir()
+    (lower / "config.json").write_text(json.dumps({**saved, "do_lower_case": True}))
+    (lower / "model.safetensors").write_bytes((tmp_path / "out" / "model.safetensors").read_bytes())
+    with pytest.raises(BertPipelineError, match=r"--pretrained .*lower is a lower-casing model .* made with "
+                                                r"make-shards --cased"):
+        check_inputs(cfg(data=str(cased), model=None, pretrained=str(lower), output=str(tmp_path / "o3")))
