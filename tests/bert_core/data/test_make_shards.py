@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import logging
@@ -259,6 +260,26 @@ def test_bad_vocab_and_bad_text(tmp_path):
     with pytest.raises(BertPipelineError, match=r"bad\.txt: not UTF-8 text: invalid byte 0xff at byte offset 16"):
         sharding.make_shards([str(tmp_path / "bad.txt")], str(tmp_path / "out"), VOCAB, SMALL)
     assert not (tmp_path / "out").exists()
+
+
+def test_casing_must_match_the_vocab(tmp_path):
+    """--cased with an uncased vocab turned every capitalised word into [UNK] (8% of the tokens of a small
+    English corpus), and a cased vocab without --cased never used its capitalised tokens: both made shards
+    silently. Each is an error naming the vocab and the flag, before any output; the Chinese vocab (uncased,
+    two tokens '<S>' '<T>' in capitals) is uncased, and a matching pair works."""
+    write_segmented(tmp_path / "in.txt", documents(10, seed=1))
+    inputs = [str(tmp_path / "in.txt")]
+    cased_vocab = str(FIXTURES / "vocab" / "cased_L-12_H-768_A-12.vocab.txt")
+    chinese_vocab = str(FIXTURES / "vocab" / "chinese_L-12_H-768_A-12.vocab.txt")
+    cased = dataclasses.replace(SMALL, do_lower_case=False)
+    with pytest.raises(BertPipelineError, match=r"--vocab .*uncased_L-12.* is an uncased vocab .* leave out --cased"):
+        sharding.make_shards(inputs, str(tmp_path / "out"), VOCAB, cased)
+    with pytest.raises(BertPipelineError, match=r"--vocab .*cased_L-12.* is a cased vocab \(8366 of .*pass --cased"):
+        sharding.make_shards(inputs, str(tmp_path / "out"), cased_vocab, SMALL)
+    with pytest.raises(BertPipelineError, match=r"chinese_L-12.* is an uncased vocab \(2 of"):
+        sharding.make_shards(inputs, str(tmp_path / "out"), chinese_vocab, cased)
+    assert not (tmp_path / "out").exists()
+    assert sharding.make_shards(inputs, str(tmp_path / "out"), cased_vocab, cased)["totals"]["instances"] > 0
 
 
 def test_failure_midway_leaves_no_output(corpus, tmp_path, monkeypatch):
