@@ -277,9 +277,13 @@ def summarize(results: list[dict[str, Any]], output: str, order: list[str] | Non
 
 
 def segmented_files(segmented: str) -> list[str]:
-    """The per-input files a segment output directory holds (the fan-out of make-shards)."""
+    """The per-input files a segment output directory holds (the fan-out of make-shards), less those with no
+    document: segment writes an empty output for an empty input, and its own make-shards task then failed the
+    whole run (make-shards of a directory only warns about such a file)."""
     from bert_core.io import manifest, storage
-    return [storage.join(segmented, entry["path"]) for entry in manifest.read(segmented)["outputs"]]
+    made = manifest.read(segmented)
+    empty = {entry.get("output") for entry in made.get("files", []) if entry.get("documents") == 0}
+    return [storage.join(segmented, entry["path"]) for entry in made["outputs"] if entry["path"] not in empty]
 
 
 def pretrain_phases(plan: PretrainingPlan, segmented: list[str]) -> dict[str, Any]:

@@ -484,12 +484,12 @@ def make_shards(inputs: list[str], output: str, vocab_file: str, config: ShardCo
         written = writer.close()
         if not written:
             named = f"{', '.join(uris[:3])}{', ...' if len(uris) > 3 else ''}"
-            if config.split == "heldout":
+            if config.split == "heldout" and stats.other_side_documents:
                 raise BertPipelineError(
                     f"make-shards: the held-out fraction {config.holdout_fraction} selected none of the "
                     f"{stats.other_side_documents} document(s) of {named}; raise --holdout-fraction or give more "
                     "documents")
-            if config.split == "train":
+            if config.split == "train" and stats.other_side_documents:  # else: no document at all (below)
                 raise BertPipelineError(f"make-shards: every document of {named} was held out; lower "
                                         "--holdout-fraction")
             raise BertPipelineError(f"make-shards: no instances: the inputs ({named}) hold no text")

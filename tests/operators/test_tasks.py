@@ -298,3 +298,15 @@ def test_the_summary_lists_models_in_the_plan_order_whatever_order_the_tasks_fin
     summary = ops.summarize(finished, str(tmp_path / "summary.json"), ["bert-sst-2", "bert-squad"])
     assert [m["name"] for m in summary["models"]] == ["bert-sst-2", "bert-squad"]
     assert json.loads((tmp_path / "summary.json").read_text())["models"] == summary["models"]
+
+
+def test_the_make_shards_fan_out_skips_inputs_with_no_document(tmp_path):
+    """segment writes an empty output for an empty input; the DAG's make-shards task of that one file failed the
+    whole run ("every document of .../empty.txt was held out; lower --holdout-fraction"), where make-shards of
+    the directory only warns. The fan-out leaves such files out."""
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "a.txt").write_text("The first document. It has two sentences.\n\nThe second one.\n")
+    (tmp_path / "raw" / "empty.txt").write_text("")
+    segmented = ops.segment([str(tmp_path / "raw")], str(tmp_path / "segmented"))
+    assert sorted(p.name for p in (tmp_path / "segmented").glob("*.txt")) == ["a.txt", "empty.txt"]
+    assert ops.segmented_files(segmented) == [str(tmp_path / "segmented" / "a.txt")]

@@ -248,6 +248,12 @@ def test_empty_inputs(tmp_path, caplog):
         sharding.make_shards([str(tmp_path / "empty.txt"), str(tmp_path / "blank.txt")],
                              str(tmp_path / "none"), VOCAB, SMALL)
     assert not (tmp_path / "none").exists()
+    # Either side of a held-out split of inputs with no document says so (the training side said "every
+    # document ... was held out; lower --holdout-fraction", the held-out side "selected none of the 0").
+    for split in ("train", "heldout"):
+        config = dataclasses.replace(SMALL, holdout_fraction=0.2, split=split)
+        with pytest.raises(BertPipelineError, match="no instances: the inputs .* hold no text"):
+            sharding.make_shards([str(tmp_path / "empty.txt")], str(tmp_path / "none"), VOCAB, config)
 
 
 def test_bad_vocab_and_bad_text(tmp_path):
