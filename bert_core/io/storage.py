@@ -275,6 +275,12 @@ def upload_dir(src: Path, uri: str) -> None:
         upload_file(src / name, join(uri, name))
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it back at once
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_output_dir(uri: str, overwrite: bool = False) -> Iterator[Path]:
     """Yield a fresh local directory; on success it becomes `uri` in one step.
@@ -294,6 +300,10 @@ def atomic_output_dir(uri: str, overwrite: bool = False) -> Iterator[Path]:
         raise BertPipelineError(f"{final} already exists and is not empty; pass --overwrite to replace it")
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    # mkdtemp makes the directory 0700, and the rename kept that: shards, models and segmented text were
+    # readable by their owner only (a serving container or Ray node running as another user could not read
+    # them). The output gets the mode of any directory the user makes: 0777 less the umask.
+    tmp.chmod(0o777 & ~_umask())
     try:
         yield tmp
     except BaseException:

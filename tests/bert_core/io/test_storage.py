@@ -43,3 +43,16 @@ def test_readers_at_once_fill_the_cache_without_tripping_over_each_other(s3, tmp
     (local,) = set(dirs)
     assert {p.name: p.read_bytes() for p in local.iterdir() if not p.name.startswith(".")} == files
     assert sorted(p.name for p in local.iterdir() if p.name.startswith(".")) == [".etags.json", storage.SOURCE_FILE]  # no temp file left
+
+
+def test_an_atomic_output_directory_gets_the_umask_mode(tmp_path):
+    """mkdtemp's 0700 used to survive the rename: every step's output was readable by its owner only."""
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        with storage.atomic_output_dir(str(tmp_path / "out")) as tmp:
+            (tmp / "manifest.json").write_text("{}")
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755
