@@ -275,7 +275,7 @@ def upload_dir(src: Path, uri: str) -> None:
         upload_file(src / name, join(uri, name))
 
 
-def _umask() -> int:
+def current_umask() -> int:
     mask = os.umask(0o022)  # reading the umask means setting it; put it back at once
     os.umask(mask)
     return mask
@@ -303,7 +303,7 @@ def atomic_output_dir(uri: str, overwrite: bool = False) -> Iterator[Path]:
     # mkdtemp makes the directory 0700, and the rename kept that: shards, models and segmented text were
     # readable by their owner only (a serving container or Ray node running as another user could not read
     # them). The output gets the mode of any directory the user makes: 0777 less the umask.
-    tmp.chmod(0o777 & ~_umask())
+    tmp.chmod(0o777 & ~current_umask())
     try:
         yield tmp
     except BaseException:

@@ -227,6 +227,9 @@ def save_state_dict(state: dict[str, torch.Tensor], config: BertConfig, out_dir:
     out = Path(out_dir)
     tensors = {k: v.detach().contiguous().cpu() for k, v in state.items() if k not in _TIED}
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    # safetensors creates the file 0600 whatever the umask: a model readable by its owner only, beside a
+    # config.json and vocab.txt everyone could read. It gets the mode of any file the user writes.
+    (out / "model.safetensors").chmod(0o666 & ~storage.current_umask())
     config.save(out / "config.json")
     if vocab_file is not None:
         shutil.copyfile(vocab_file, out / "vocab.txt")

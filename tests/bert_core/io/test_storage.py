@@ -56,3 +56,23 @@ def test_an_atomic_output_directory_gets_the_umask_mode(tmp_path):
     finally:
         os.umask(mask)
     assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755
+
+
+def test_saved_weights_get_the_umask_mode(tmp_path):
+    """safetensors wrote model.safetensors 0600 whatever the umask (config.json beside it was 0644)."""
+    import os
+
+    import torch
+
+    from bert_core.model.config import BertConfig
+    from bert_core.model.weights import save_state_dict
+
+    config = BertConfig(vocab_size=8, hidden_size=4, num_hidden_layers=1, num_attention_heads=1,
+                        intermediate_size=8)
+    mask = os.umask(0o022)
+    try:
+        save_state_dict({"w": torch.zeros(2)}, config, tmp_path)
+    finally:
+        os.umask(mask)
+    assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {
+        "model.safetensors": 0o644, "config.json": 0o644}
