@@ -533,6 +533,17 @@ def heldout_config(config: ShardConfig) -> ShardConfig:
     return dataclasses.replace(config, split="heldout", dupe_factor=1)
 
 
+def _overlap(a: str, b: str) -> bool:
+    """Whether output directories `a` and `b` are the same or one is inside the other. A held-out directory
+    inside --output was made first, then the training side refused the non-empty --output (and with
+    --overwrite would have replaced it, held-out shards and all)."""
+    if storage.is_s3(a) or storage.is_s3(b):
+        pa, pb = a.rstrip("/") + "/", b.rstrip("/") + "/"
+        return pa.startswith(pb) or pb.startswith(pa)
+    pa, pb = storage.local_path(a).resolve(), storage.local_path(b).resolve()
+    return pa == pb or pa in pb.parents or pb in pa.parents
+
+
 def make_split_shards(inputs: list[str], output: str, vocab_file: str, config: ShardConfig,
                       holdout_output: str | None = None, **kwargs: Any) -> dict[str, Any]:
     """make-shards with a held-out split by document: training shards in `output`, held-out shards (one
@@ -544,8 +555,11 @@ def make_split_shards(inputs: list[str], output: str, vocab_file: str, config: S
     if config.holdout_fraction <= 0.0:
         raise BertPipelineError("make_split_shards: holdout_fraction must be above 0")
     holdout_output = holdout_output or heldout_output_for(output)
-    if holdout_output.rstrip("/") == output.rstrip("/"):
-        raise BertPipelineError("the held-out output must differ from --output")
+    if _overlap(holdout_output, output):
+        raise BertPipelineError(
+            f"--holdout-output {holdout_output} and --output {output} overlap (the same directory, or one inside "
+            "the other): each side's output replaces its whole directory, so one would hold or delete the other's "
+            "shards; give two separate directories (default: OUTPUT-heldout)")
     kwargs.pop("stats", None)
     held = make_shards(inputs, holdout_output, vocab_file, heldout_config(config), **kwargs)
     train = make_shards(inputs, output, vocab_file, dataclasses.replace(config, split="train"), **kwargs)

@@ -288,6 +288,21 @@ def test_casing_must_match_the_vocab(tmp_path):
     assert sharding.make_shards(inputs, str(tmp_path / "out"), cased_vocab, cased)["totals"]["instances"] > 0
 
 
+def test_held_out_and_training_outputs_must_not_overlap(tmp_path):
+    """A held-out directory inside --output was written first, then the training side refused the non-empty
+    --output (with --overwrite it would have replaced it, held-out shards and all). The same directory spelled
+    two ways, nested either way round, or the same s3 prefix are errors before anything is written."""
+    write_segmented(tmp_path / "in.txt", documents(10, seed=1))
+    config = dataclasses.replace(SMALL, holdout_fraction=0.3)
+    out = tmp_path / "out"
+    for held in (out / "heldout", out / "." / "x" / "..", tmp_path):
+        with pytest.raises(BertPipelineError, match=r"--holdout-output .* and --output .* overlap"):
+            sharding.make_split_shards([str(tmp_path / "in.txt")], str(out), VOCAB, config, str(held))
+    with pytest.raises(BertPipelineError, match="overlap"):
+        sharding.make_split_shards([str(tmp_path / "in.txt")], "s3://b/shards/", VOCAB, config, "s3://b/shards/h")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
 def test_failure_midway_leaves_no_output(corpus, tmp_path, monkeypatch):
     real_write = sharding.ShardWriter._write
     calls = []
