@@ -26,6 +26,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 STEP = "build-vocab"
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 GOOGLE_UNUSED = 994
+MIN_LEARNED = 50  # fewer learned tokens than this cannot even hold the characters of ordinary text
 _UNUSED_BEFORE_UNK = 99  # [unused0]..[unused98] sit between [PAD] and [UNK] in Google's vocabs
 
 
@@ -57,10 +59,18 @@ class VocabConfig:
         if self.num_unused() < 0:
             raise BertPipelineError("build-vocab: --unused must be >= 0")
         learned = self.vocab_size - len(SPECIALS) - self.num_unused()
-        if learned < 50:
+        if learned < MIN_LEARNED:
             raise BertPipelineError(
                 f"build-vocab: --vocab-size {self.vocab_size} leaves {learned} learned tokens after "
-                f"{len(SPECIALS)} special and {self.num_unused()} unused ones; make it larger or lower --unused")
+                f"{len(SPECIALS)} special and {self.num_unused()} unused ones, fewer than the {MIN_LEARNED} a vocab "
+                f"needs; make it at least {self.smallest_size(MIN_LEARNED)} or lower --unused")
+
+    def smallest_size(self, learned: int) -> int:
+        """The least --vocab-size that leaves `learned` learned tokens (the default --unused grows with it)."""
+        size = self.vocab_size
+        while size - len(SPECIALS) - dataclasses.replace(self, vocab_size=size).num_unused() < learned:
+            size += 1
+        return size
 
 
 def layout(learned: list[str], num_unused: int) -> list[str]:
@@ -177,6 +187,17 @@ def build_vocab(inputs: list[str], output: str, config: VocabConfig | None = Non
     if not learned:
         raise BertPipelineError(f"build-vocab: no text in {', '.join(uris)}")
     tokens = layout(learned, config.num_unused())
+    if len(tokens) > config.vocab_size:
+        singles = [token for token in learned if len(token.removeprefix("##")) == 1]
+        characters, continuing = len(singles), sum(1 for token in singles if token.startswith("##"))
+        # The trainer keeps every character of its alphabet (and its ## form) whatever vocab_size says; a vocab
+        # larger than asked breaks a model config sized by --vocab-size, so say it instead of writing it.
+        raise BertPipelineError(
+            f"build-vocab: --vocab-size {config.vocab_size} is too small for this text: its characters alone are "
+            f"{characters} tokens ({characters - continuing} and {continuing} ## forms), {len(tokens)} with the "
+            "special and unused ones; give --vocab-size "
+            f"{config.smallest_size(characters)} or more, or keep fewer characters with --limit-alphabet (now "
+            f"{config.limit_alphabet})")
     text = "".join(f"{token}\n" for token in tokens)
     result = {
         "step": STEP,

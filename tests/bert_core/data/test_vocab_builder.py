@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,18 @@ def test_progress_bars_on_a_terminal_and_none_in_a_log(corpus, tmp_path):
     assert watched.wait(timeout=120) == 0, seen[-2000:]
     assert b"Compute merges" in seen
     assert (tmp_path / "a.txt").read_bytes() == (tmp_path / "b.txt").read_bytes()
+
+
+def test_a_vocab_size_too_small_for_the_characters_is_an_error(tmp_path):
+    """The trainer keeps every character (and its ## form) whatever vocab_size says: --vocab-size 56 on a small
+    text wrote a 91-token vocab without a word, too large for a model config sized by the flag. It is an error
+    naming the size that fits (the default --unused grows with it), and that size works."""
+    text = tmp_path / "seg.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog.\nPack my box with five dozen liquor jugs.\n\n"
+                    "Sphinx of black quartz, judge my vow!\n", encoding="utf-8")
+    with pytest.raises(BertPipelineError, match=r"--vocab-size 56 is too small for this text: its characters alone "
+                                                r"are \d+ tokens .* give --vocab-size (\d+) or more") as caught:
+        build_vocab([str(text)], str(tmp_path / "v.txt"), VocabConfig(vocab_size=56))
+    assert not (tmp_path / "v.txt").exists()
+    size = int(re.search(r"give --vocab-size (\d+)", str(caught.value)).group(1))
+    assert build_vocab([str(text)], str(tmp_path / "v.txt"), VocabConfig(vocab_size=size))["vocab_size"] <= size
