@@ -20,13 +20,13 @@ The same input and settings give the same vocab.txt, byte for byte, in any proce
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import os
 import sys
 from collections.abc import Iterator
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
