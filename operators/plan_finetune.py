@@ -89,10 +89,12 @@ def plan(params: dict[str, Any], run_id: str | None, settings: tuple[str, ...],
     return planned
 
 
-def _version_hint(info, data: Path, config, other: str) -> str:
+def _version_hint(info, data: Path, config) -> str:
     """A SQuAD dir with only the other version's train file: say which version_2 reads it (a 2.0 dir with the
     form's default version_2 false was refused naming only the 1.1 files)."""
-    found = [f for f in info.train_files if other in f and (data / f).is_file()] if info.kind == "squad" else []
+    from bert_core.tasks.squad import other_version_present
+
+    found = other_version_present(data, info.train_files, bool(config.version_2)) if info.kind == "squad" else []
     if not found:
         return ""
     value = "false" if config.version_2 else "true"
@@ -128,14 +130,13 @@ def check_task(plan: FinetuneTaskPlan, names: dict[str, str] | None = None) -> N
         data = Path(config.data_dir)
         if not data.is_dir():
             raise BertPipelineError(f"tasks.{task}: data directory {config.data_dir} does not exist")
-        other = squad_files.other_version_tag(bool(config.version_2))  # SQuAD: the version this run does not read
         if info.kind == "squad":
             candidates = list(squad_files.version_files(info.train_files, bool(config.version_2)))
         else:
             candidates = list(info.train_candidates(config.language or "zh"))
         if config.train_file is None and not any((data / name).is_file() for name in candidates):
             raise BertPipelineError(f"tasks.{task}: {config.data_dir} has no training file (looked for "
-                                    f"{', '.join(candidates)}){_version_hint(info, data, config, other)}")
+                                    f"{', '.join(candidates)}){_version_hint(info, data, config)}")
     if not storage.is_s3(config.model) and not storage.local_path(config.model).exists():
         # Fine-tuning starts from weights: a bare architecture name (bert_2_64_2) is no model here, and a path that
         # is not there would fail only in the mapped task.

@@ -276,7 +276,15 @@ def upload_dir(src: Path, uri: str) -> None:
 
 
 def current_umask() -> int:
-    mask = os.umask(0o022)  # reading the umask means setting it; put it back at once
+    """The process's umask, read from /proc where Linux has it: os.umask can only be read by setting it, which
+    another thread creating a file at that moment would see."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
     os.umask(mask)
     return mask
 

@@ -50,6 +50,13 @@ def version_files(files: tuple[str, ...], version_2: bool) -> tuple[str, ...]:
     return tuple(f for f in files if other_version_tag(version_2) not in f)
 
 
+def other_version_present(data_dir: Path, files: tuple[str, ...], version_2: bool) -> list[str]:
+    """Those of `files` in `data_dir` that only the other version reads: what to name when this version's are missing
+    (a 2.0 directory run as 1.1 was refused naming only the 1.1 files)."""
+    other = other_version_tag(version_2)
+    return [f for f in files if other in f and (Path(data_dir) / f).is_file()]
+
+
 def detect_version(data: Mapping[str, Any], source: str = "dataset") -> str:
     """The version field when present, else v2.0 when any question has `is_impossible`."""
     if "version" in data:

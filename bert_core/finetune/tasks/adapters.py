@@ -23,7 +23,7 @@ from bert_core.model.modeling import (
 )
 from bert_core.tasks import conll, glue
 from bert_core.tasks.catalog import Split, TaskInfo, find_file
-from bert_core.tasks.squad import V2, other_version_tag, read_squad, version_files
+from bert_core.tasks.squad import V2, other_version_present, read_squad, version_files
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +194,7 @@ class SquadAdapter(Adapter):
 
     def _version_hint(self, files: tuple[str, ...]) -> str:
         """What to do when only the other version's file is there: --version-2 picks the files."""
-        other = other_version_tag(bool(self.cfg.version_2))
-        present = [f for f in files if other in f and (self.data_dir / f).is_file()]
+        present = other_version_present(self.data_dir, files, bool(self.cfg.version_2))
         if not present:
             return ""
         flag = "without --version-2" if self.cfg.version_2 else "with --version-2"
