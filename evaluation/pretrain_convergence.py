@@ -183,12 +183,15 @@ def run_peer(model: str, train: str, heldout: str, run: ConvergenceRun, steps: i
     import transformers
 
     from bert_core.model import zoo
+    from bert_core.pretrain.run_plan import sized_to_vocab
     from bert_core.pretrain.step import to_device
     from bert_core.pretrain.stream import PretrainStream, ShardSet, StreamConfig
     from bert_core.pretrain.stream import eval_batches as heldout_batches
     from bert_core.train.precision import Precision, resolve_precision
 
-    ours = zoo.architecture_config(model)
+    shards, eval_shards = ShardSet(train), ShardSet(heldout)
+    # The architecture ours trains on these shards (sized to their vocab), so both softmaxes are as wide.
+    ours = sized_to_vocab(zoo.architecture_config(model), [shards, eval_shards])
     config = transformers.BertConfig(vocab_size=ours.vocab_size, hidden_size=ours.hidden_size,
                                      num_hidden_layers=ours.num_hidden_layers,
                                      num_attention_heads=ours.num_attention_heads,
@@ -206,7 +209,6 @@ def run_peer(model: str, train: str, heldout: str, run: ConvergenceRun, steps: i
     device = torch.device(run.device)
     net.to(device)
     precision = Precision(resolve_precision(run.dtype, device).dtype, device)
-    shards, eval_shards = ShardSet(train), ShardSet(heldout)
     stream = PretrainStream(shards, StreamConfig(run.batch_size, seed, 1, False), 0, 1, config.vocab_size)
 
     def evaluate() -> dict:  # in float32, as ours scores its held-out data

@@ -92,11 +92,30 @@ class RunPlan:
                         "or leave --vocab out to use it")
 
 
+def is_config_file(spec: str) -> bool:
+    """--model names a CONFIG_JSON file (not an architecture name)."""
+    return spec.endswith(".json") or (not storage.is_s3(spec) and storage.local_path(spec).is_file())
+
+
 def model_config_from(spec: str) -> BertConfig:
     """--model: a CONFIG_JSON file, or a zoo / bert_LAYERS_HIDDEN_HEADS architecture name."""
-    if spec.endswith(".json") or (not storage.is_s3(spec) and storage.local_path(spec).is_file()):
+    if is_config_file(spec):
         return BertConfig.from_json_file(storage.local_path(spec))
     return zoo.architecture_config(spec)
+
+
+def sized_to_vocab(model_config: BertConfig, shard_sets: list[ShardSet]) -> BertConfig:
+    """An architecture named by --model (not a CONFIG_JSON, which says its own vocab_size) trained from scratch
+    gets the vocabulary size of the vocab its shards were made with, as the make-shards manifest records it:
+    a `build-vocab` vocab of 8,000 tokens under bert_base_uncased's 30,522 would give a softmax over 22,522 ids
+    that never occur, and a model directory whose vocab.txt and config.json disagree. Shards without a
+    recorded size keep the architecture's."""
+    sizes = {s for s in (shards.manifest_vocab_size() for shards in shard_sets) if s is not None}
+    if not sizes or max(sizes) == model_config.vocab_size:
+        return model_config
+    log.info("vocab_size %d: the vocab the shards were made with (the architecture's default is %d)",
+             max(sizes), model_config.vocab_size)
+    return model_config.replace(vocab_size=max(sizes))
 
 
 def _shards(flag: str, spec: str) -> ShardSet:
@@ -155,8 +174,10 @@ def plan_run(config: PretrainConfig, device: torch.device | str | None = None) -
         model_config = model_config_from(config.model)
     shards = _shards("--data", config.data)
     eval_shards = _shards("--data-eval", config.data_eval) if config.data_eval else None
-    model_config = _with_shards_casing(model_config, [shards] + ([eval_shards] if eval_shards else []),
-                                       pretrained=config.pretrained)
+    shard_sets = [shards] + ([eval_shards] if eval_shards else [])
+    if not config.pretrained and not is_config_file(config.model):
+        model_config = sized_to_vocab(model_config, shard_sets)
+    model_config = _with_shards_casing(model_config, shard_sets, pretrained=config.pretrained)
     return RunPlan(config=config, shards=shards, eval_shards=eval_shards,
                    model_config=model_config, pretrained_dir=pretrained_dir, pretrained_weights=pretrained_weights,
                    output=config.output,

@@ -421,6 +421,23 @@ def test_output_carries_the_vocab_the_shards_were_made_with(cfg, tmp_path):
         pretrain(cfg(data=str(data), output=str(tmp_path / "out2"), num_steps=1, batch_size=8))
 
 
+def test_an_architecture_name_is_sized_to_the_shards_vocab(cfg, tmp_path):
+    """--model bert_LAYERS_HIDDEN_HEADS from scratch gets the vocab_size the shards' make-shards manifest
+    records, not BERT's 30,522 (a softmax over ids that never occur, and a config.json that disagrees with the
+    vocab.txt beside it); a CONFIG_JSON keeps the size it says."""
+    from bert_core.pretrain.run_plan import plan_run
+
+    data, vocab, _ = _shards_with_their_vocab(tmp_path)
+    pretrain(cfg(data=str(data), model="bert_1_32_2", num_steps=1, batch_size=8))
+    saved = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert saved["vocab_size"] == 40 == len((tmp_path / "out" / "vocab.txt").read_text().splitlines())
+    assert saved["hidden_size"] == 32 and saved["num_hidden_layers"] == 1
+    wider = tiny_model_config(tmp_path / "wider.json", vocab_size=64)
+    assert plan_run(cfg(data=str(data), model=str(wider))).model_config.vocab_size == 64
+    unrecorded = write_shards(tmp_path / "unrecorded", num_shards=1, manifest=False)
+    assert plan_run(cfg(data=str(unrecorded), model="bert_1_32_2")).model_config.vocab_size == 30522
+
+
 def test_a_wrong_vocab_is_an_error_before_training(cfg, tmp_path, monkeypatch):
     """--vocab is checked with the shards, before any step: a missing file, one larger than the model's
     vocab_size, or another vocab than the shards' make-shards manifest records each name --vocab and the file;
