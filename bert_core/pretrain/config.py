@@ -57,7 +57,8 @@ class PretrainConfig(TrackingConfig, RayTrainConfig, OptimizerConfig):
                        section=Form.OPTIMIZATION)
 
     model: str | None = option(None, "architecture to train from scratch: a zoo name (bert_12_768_12, "
-                               "bert-base-uncased, any bert_LAYERS_HIDDEN_HEADS) or a config.json file",
+                               "bert-base-uncased, any bert_LAYERS_HIDDEN_HEADS; its vocab_size is the shards' vocab's) or a "
+                               "config.json file",
                                group=MODEL, section=Form.MODEL, metavar="NAME|CONFIG_JSON", exclusive="model")
     pretrained: str | None = option(None, "start from these weights: a model directory, s3:// URI or zoo name",
                                     group=MODEL, section=Form.MODEL, metavar="DIR", exclusive="model")
