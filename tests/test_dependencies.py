@@ -129,3 +129,14 @@ def test_the_tests_check_names_an_undeclared_module():
     assert len(without_test_extra) == 1 and without_test_extra[0].startswith("sklearn (distribution ['scikit-learn'])")
     assert undeclared({"no_such_module": "tests/x.py:3"}, _declared(TEST_EXTRAS)) == [
         "no_such_module (distribution not installed), imported at tests/x.py:3"]
+
+
+def test_the_package_metadata_builds_without_setuptools_deprecations():
+    """setuptools deprecated `license = { text = ... }` (a BuildBackendWarning in every install, saying builds stop
+    being supported in 2027): the license is an SPDX expression, which needs setuptools >= 77 to build."""
+    import re
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert isinstance(pyproject["project"]["license"], str)
+    (setuptools,) = [r for r in pyproject["build-system"]["requires"] if r.startswith("setuptools")]
+    assert (found := re.fullmatch(r"setuptools>=(\d+)(\.\d+)*", setuptools)) and int(found[1]) >= 77, setuptools
