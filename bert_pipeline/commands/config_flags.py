@@ -40,12 +40,15 @@ def _int_or_str(value: str) -> int | str:
 
 
 def _help(meta: dict[str, Any], default: Any, kind: str) -> str:
+    """The flag's help with its default. The default is written into the text, not left to argparse's
+    %(default)s: a given_only flag's argparse default is SUPPRESS, which argparse drops from the values it
+    expands, so `%(default)s` made `--help` a KeyError traceback (`predict --help`)."""
     text = meta["help"].replace("%", "%%")
     if meta["default_help"]:
         return f"{text} (default: {meta['default_help'].replace('%', '%%')})"
     if kind == "bool" or default is dataclasses.MISSING or default is None:
         return text
-    return f"{text} (default: %(default)s)"
+    return f"{text} (default: {str(default).replace('%', '%%')})"
 
 
 def cli_fields(config_cls: type) -> list[dataclasses.Field]:
@@ -53,9 +56,11 @@ def cli_fields(config_cls: type) -> list[dataclasses.Field]:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type,
-                         required: tuple[str, ...] = ()) -> None:
+                         required: tuple[str, ...] = (), given_only: bool = False) -> None:
     """One flag per option field of `config_cls`, in field order, in --help sections by the fields' groups.
-    `required`: fields that must be given although the config has a default for them."""
+    `required`: fields that must be given although the config has a default for them. `given_only`: a flag not
+    given leaves no attribute in the namespace (its default still shows in --help; config_from_args fills it in),
+    for a command where a flag given its default value must be told apart from no flag."""
     groups: dict[str | None, Any] = {None: parser}
     for name in getattr(config_cls, "GROUPS", ()):  # the --help sections in the config's order
         groups[name] = parser.add_argument_group(name)
@@ -80,6 +85,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type,
         default = option_default(f)
         kind, _nullable = option_type(f)
         kwargs: dict[str, Any] = {"help": _help(meta, default, kind)}
+        if given_only:
+            kwargs["default"] = argparse.SUPPRESS
         if meta["positional"]:
             target.add_argument(f.name, metavar=meta["metavar"] or f.name.upper(), **kwargs)
             continue
@@ -91,7 +98,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type,
                 switch = target.add_mutually_exclusive_group() if meta["aliases"] else target
                 switch.add_argument(meta["negate"], dest=f.name, action="store_false", **kwargs)
                 for alias in meta["aliases"]:  # the positive flag, kept where it was documented
-                    switch.add_argument(alias, dest=f.name, action="store_true", help=argparse.SUPPRESS)
+                    switch.add_argument(alias, dest=f.name, action="store_true", help=argparse.SUPPRESS,
+                                        **({"default": argparse.SUPPRESS} if given_only else {}))
             else:
                 target.add_argument(*names, dest=f.name, action="store_true", **kwargs)
             continue
@@ -106,7 +114,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type,
         if default is dataclasses.MISSING or f.name in required:
             if not meta["exclusive"]:
                 kwargs["required"] = True
-        else:
+        elif not given_only:
             kwargs["default"] = default
         target.add_argument(*names, **kwargs)
         for old in meta["deprecated"]:  # hidden from --help; the default stays the field's (SUPPRESS: none here)

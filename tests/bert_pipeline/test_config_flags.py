@@ -136,6 +136,17 @@ def test_squad_options_are_one_object_in_finetune_export_and_predict():
     assert config_from_args(SquadOptions, args) == dataclasses.replace(defaults, n_best_size=5, version_2=True)
 
 
+def test_predict_help_shows_the_squad_defaults(capsys):
+    """predict's SQuAD flags leave no attribute when not given (argparse.SUPPRESS); their --help still gives each
+    default. It was a KeyError traceback: argparse drops a SUPPRESS default from what `%(default)s` expands."""
+    parser = parser_of(predict)
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["--help"])
+    assert exit_.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"(default: {SquadOptions().doc_stride})" in out and f"(default: {SquadOptions().n_best_size})" in out
+
+
 def test_required_and_exclusive_flags(capsys):
     parser = parser_of(pretrain)
     with pytest.raises(SystemExit):
