@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from bert_pipeline.commands.config_flags import add_config_arguments, config_from_args
+from bert_pipeline.commands.config_flags import add_config_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     # With --model, the SQuAD settings are the ones the model was fine-tuned and scored with (its task.json); with
     # --export only, the export's record of them, and a flag given a value other than its default wins.
-    add_config_arguments(parser, SquadOptions)
+    # Only the flags given land in the namespace, so "--doc-stride 128" over an export recorded with 64 is told
+    # apart from no flag at all (the export's record, else SquadOptions' defaults, fill the rest).
+    add_config_arguments(parser, SquadOptions, given_only=True)
 
 
 def read_requests(path: str) -> list[dict]:
@@ -105,18 +108,13 @@ def _predictor(model: str, batch_size: int, export: str | None) -> Iterator:
     yield TaskPredictor.from_model_dir(model, batch_size=batch_size, export_dir=export)
 
 
-def export_options(exported, given):
-    """The SQuAD settings the export's model was fine-tuned with (export.json), with each flag that was given a value
-    other than its default over them: an export of a 2.0 model predicts "" without --version-2 being repeated."""
-    import dataclasses
-
+def export_options(exported, given: dict):
+    """The SQuAD settings the export's model was fine-tuned with (export.json), with the flags `given` on the command
+    line (field -> value) over them: an export of a 2.0 model predicts "" without --version-2 being repeated, and
+    `--doc-stride 128` over an export recorded with 64 is 128, although 128 is the default."""
     from bert_core.deploy.batch_predict import export_squad_options
-    from bert_core.finetune.config import SquadOptions
 
-    defaults = SquadOptions()
-    changed = {f.name: getattr(given, f.name) for f in dataclasses.fields(SquadOptions)
-               if getattr(given, f.name) != getattr(defaults, f.name)}
-    return dataclasses.replace(export_squad_options(exported), **changed)
+    return dataclasses.replace(export_squad_options(exported), **given)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -148,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
     from bert_core.finetune.config import SquadOptions
 
     exported = ExportedModel(args.export)
-    squad = export_options(exported, config_from_args(SquadOptions, args))
+    squad = export_options(exported, {f.name: getattr(args, f.name) for f in dataclasses.fields(SquadOptions)
+                                      if hasattr(args, f.name)})
     examples, written = predict_file(exported, args.input, args.output, task=args.task, quantized=args.quantized,
                                      squad=squad)
     print(f"wrote {', '.join(written)} for {examples} examples")

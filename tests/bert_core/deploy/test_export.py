@@ -232,12 +232,11 @@ def test_an_export_predicts_with_its_models_squad_settings(minilm_dir, tmp_path)
     official = evaluate_squad_file(data, tmp_path / "pred" / "predictions.json",
                                    na_prob_file=tmp_path / "pred" / "null_odds.json")
     assert meta["evaluation"]["fp32"]["exact"] == official["exact"]
-    # A flag given another value than its default wins over the export's record.
-    from bert_core.deploy.runtime import ExportedModel
-    from bert_pipeline.commands.predict import export_options
-
-    given = export_options(ExportedModel(tmp_path / "exp"), SquadOptions(doc_stride=32))
-    assert given == SquadOptions(version_2=True, doc_stride=32, null_score_diff_threshold=-1.0)
+    # A flag given wins over the export's record, also where it gives the default value (128, 0.0).
+    assert main(["predict", "--export", str(tmp_path / "exp"), str(data), "--output", str(tmp_path / "pred2"),
+                 "--doc-stride", "128", "--null-score-diff-threshold", "0"]) == 0
+    expected = _pytorch_squad(qa, tmp_path / "qa", data, SquadOptions(version_2=True))
+    assert json.loads((tmp_path / "pred2" / "predictions.json").read_text()) == expected.predictions
 
 
 def test_pt2_export_runs_with_torch_alone(minilm_dir, tmp_path):
