@@ -199,7 +199,11 @@ def check_report_in_a_browser(report, tmp_path) -> None:
     finally:
         driver.quit()
     assert len(images) == 4 and all(width and width > 400 for width in loaded), loaded  # curves, 2 tasks, timeline
-    assert sections == ["models", "pretraining", "finetuning", "timeline", "serving"]
+    assert sections == ["models", "data", "pretraining", "finetuning", "timeline", "serving"]
     assert not errors, errors
+    # What the pretrained model trained on: the bundled corpus's documents, held-out ones apart, validated shards.
+    assert re.search(r"225 documents \([\d,]+ sentences\) from \d+ input file\(s\).*: \d+ for training, \d+ "
+                     r"\([\d.]+%\) held out for evaluation", text), text
+    assert "validate-shards: passed" in text
     assert re.search(r"bert-pretrained v\d+ not promoted", text) and "is below the floor" in text
     assert "mlflow models serve -m models:/bert-sst-2@champion" in text

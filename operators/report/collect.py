@@ -5,13 +5,17 @@ run directory).
 The work directory's layout is the plans' (operators/plan_demo.py, plan_pretraining.py, plan_finetune.py):
 `pretrained[/<phase>]/manifest.json`, `finetune-<task>[/<trial>]/{manifest,metrics}.json` (and the search's
 `search.json`), `registry/<name>-v<N>.json` (operators.registry.promote's decision reports) and
-`tasks/*.json` (operators.run_records).
+`tasks/*.json` (operators.run_records). What the run trained on comes from its data steps' own records, wherever
+the plan put them: the `manifest.json` of each `segment` and `make-shards` output and each `validate-shards`
+result (`validation.json`), tied to the pretraining phases by the shard files each phase's manifest lists as
+its inputs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import fnmatch
 import json
 import logging
 import os
@@ -31,6 +35,12 @@ PRETRAINED_DIR, FINETUNE_PREFIX, REGISTRY_DIR = "pretrained", "finetune-", "regi
 # Pretraining's metric history that the report draws (bert_core/pretrain/step.py logs them).
 PRETRAIN_HISTORY = ("loss", "mlm_accuracy", "eval_loss", "eval_mlm_accuracy", "eval_nsp_accuracy",
                     "eval_mlm_accuracy_chance", "eval_nsp_accuracy_chance")
+# The data steps' records (bert_core.data.segment / make_shards / validate_shards: their STEP and RESULT_FILE).
+SEGMENT_STEP, SHARDS_STEP, VALIDATE_STEP = "segment", "make-shards", "validate-shards"
+MANIFEST_FILE, VALIDATION_FILE = "manifest.json", "validation.json"
+# The make-shards settings the report shows of each shard directory.
+SHARD_SETTINGS = ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "short_seq_prob", "dupe_factor",
+                  "whole_word_mask", "do_lower_case", "holdout_fraction", "random_seed", "split")
 
 
 def normalized_run_dir(run_dir: str) -> str:
@@ -49,12 +59,14 @@ def collect(run_dir: str, tracking_uri: str | None = None) -> dict[str, Any]:
     tasks = [_read_json(run_dir, rel) for rel in files if _under(rel, TASKS_DIR) and rel.endswith(".json")]
     tasks.sort(key=lambda t: (t.get("started_at") or "", t.get("task_id") or ""))
     uri = tracking_uri or _recorded_tracking_uri(tasks) or default_tracking_uri()
+    pretraining = _pretraining(run_dir, files, uri)
     records = {
         "format": FORMAT, "run_dir": run_dir,
         "dag_id": tasks[0].get("dag_id") if tasks else None,
         "dag_run_id": tasks[0].get("run_id") if tasks else None,
         "tracking_uri": uri, "collected_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "pretraining": _pretraining(run_dir, files, uri), "finetuning": _finetuning(run_dir, files),
+        "data": _data(run_dir, files, pretraining),
+        "pretraining": pretraining, "finetuning": _finetuning(run_dir, files),
         "registry": _decisions(run_dir, files, uri), "tasks": tasks,
     }
     if not any(records[key] for key in ("pretraining", "finetuning", "registry", "tasks")):
@@ -107,9 +119,168 @@ def _pretraining(run_dir: str, files: list[str], uri: str) -> list[dict[str, Any
             "learning_check": manifest.get("learning_check") or {}, "config": manifest.get("config") or {},
             "precision": manifest.get("precision") or {},
             "started_at": manifest.get("started_at"), "finished_at": manifest.get("finished_at"),
+            "total_steps": training.get("total_steps"), "data": _phase_inputs(run_dir, manifest),
             "history": history, "history_note": note,
         })
     return sorted(phases, key=lambda p: p["phase"])
+
+
+def _relative(run_dir: str, uri: str) -> str | None:
+    """`uri` relative to the run directory; None outside it."""
+    prefix = run_dir.rstrip("/") + "/"
+    return uri[len(prefix):] if uri.startswith(prefix) else None
+
+
+def _in_spec(uri: str, spec: str) -> bool:
+    """Whether a shard file is one of a --data/--data-eval spec's (comma-separated files, directories, globs)."""
+    for part in (p.strip().rstrip("/") for p in spec.split(",") if p.strip()):
+        if uri == part or uri.startswith(part + "/") or fnmatch.fnmatchcase(uri, part):
+            return True
+    return False
+
+
+def _phase_inputs(run_dir: str, manifest: dict[str, Any]) -> dict[str, list[str]]:
+    """The shard directories (relative to the run directory) a pretrain manifest lists as its inputs, training and
+    held-out ones apart (the held-out ones are its config's data_eval)."""
+    data_eval = (manifest.get("config") or {}).get("data_eval") or ""
+    found: dict[str, list[str]] = {"train": [], "heldout": []}
+    for entry in manifest.get("inputs") or []:
+        uri = str(entry.get("uri") or "")
+        rel = _relative(run_dir, uri)
+        if rel is None or not rel.endswith(".npz"):
+            continue  # the starting weights, or shards from outside the run
+        role = "heldout" if data_eval and _in_spec(uri, data_eval) else "train"
+        directory = rel.rsplit("/", 1)[0] if "/" in rel else ""
+        if directory not in found[role]:
+            found[role].append(directory)
+    return found
+
+
+def _data(run_dir: str, files: list[str], pretraining: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the run trained on, as its data steps recorded it: the segmented text (documents, sentences), each
+    shard directory (make-shards' totals and settings, its files' size, its validate-shards result) and, per
+    pretraining phase, the shards it read with its batch and steps. Empty when the run made no data."""
+    text, shard_sets = [], []
+    for rel in files:
+        parts = rel.split("/")
+        if parts[-1] != MANIFEST_FILE or parts[0] in (PRETRAINED_DIR, REGISTRY_DIR, TASKS_DIR) or parts[0].startswith(
+                FINETUNE_PREFIX):
+            continue
+        manifest = _read_json(run_dir, rel)
+        directory = "/".join(parts[:-1])
+        if manifest.get("step") == SEGMENT_STEP:
+            text.append(_segmented(run_dir, directory, manifest))
+        elif manifest.get("step") == SHARDS_STEP:
+            validation = f"{directory}/{VALIDATION_FILE}" if directory else VALIDATION_FILE
+            shard_sets.append(_shard_set(run_dir, directory, manifest, files,
+                                         _read_json(run_dir, validation) if validation in files else None))
+    if not text and not shard_sets:
+        return {}
+    by_dir = {s["dir"]: s for s in shard_sets}
+    phases = []
+    for phase in pretraining:
+        inputs = phase.get("data") or {}
+        train = [by_dir[d] for d in inputs.get("train", []) if d in by_dir]
+        heldout = [by_dir[d] for d in inputs.get("heldout", []) if d in by_dir]
+        for s in train + heldout:
+            s["phases"].append(phase["phase"])
+        for s in heldout:
+            s["side"] = "heldout"
+        config = phase.get("config") or {}
+        phases.append({
+            "phase": phase["phase"], "train": [s["dir"] for s in train], "heldout": [s["dir"] for s in heldout],
+            "max_seq_length": _one({s["config"].get("max_seq_length") for s in train}),
+            "max_predictions_per_seq": _one({s["config"].get("max_predictions_per_seq") for s in train}),
+            "batch_size": config.get("batch_size"), "accumulate": config.get("accumulate", 1),
+            "use_avg_len": config.get("use_avg_len", False), "world_size": phase.get("world_size"),
+            "steps": phase.get("steps"), "total_steps": phase.get("total_steps"),
+            "instances": _sum(s["instances"] for s in train), "documents": _sum(s["documents"] for s in train),
+            "heldout_instances": _sum(s["instances"] for s in heldout),
+            "heldout_documents": _sum(s["documents"] for s in heldout),
+        })
+    return {"text": text, "shard_sets": sorted(shard_sets, key=lambda s: (s["side"] == "heldout", s["dir"])),
+            "phases": phases}
+
+
+def _one(values: set[Any]) -> Any:
+    """The value all of a phase's shards share; a list of them where they differ; None with none recorded."""
+    values = {v for v in values if v is not None}
+    return next(iter(values)) if len(values) == 1 else (sorted(values) or None)
+
+
+def _sum(values: Iterator[Any]) -> int | None:
+    found = [v for v in values if isinstance(v, int | float)]
+    return sum(found) if found else None
+
+
+def _segmented(run_dir: str, directory: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    totals = manifest.get("totals") or {}
+    return {"dir": directory, "output": storage.join(run_dir, directory) if directory else run_dir,
+            "inputs": [entry.get("uri") for entry in manifest.get("inputs") or []],
+            "files": len(manifest.get("files") or manifest.get("outputs") or []),
+            "documents": totals.get("documents"), "sentences": totals.get("sentences"),
+            "dropped_empty_documents": totals.get("dropped_empty_documents"),
+            "sentence_splitter": manifest.get("sentence_splitter") or {}}
+
+
+def _shard_set(run_dir: str, directory: str, manifest: dict[str, Any], files: list[str],
+               validation: dict[str, Any] | None) -> dict[str, Any]:
+    config, totals = manifest.get("config") or {}, manifest.get("totals") or {}
+    listed = [entry.get("path") for entry in manifest.get("shards") or []]
+    vocab = manifest.get("vocab") or {}
+    return {"dir": directory, "output": storage.join(run_dir, directory) if directory else run_dir,
+            # Held-out: made as a split's held-out side, or read by a phase as its data_eval (set below).
+            "side": "heldout" if config.get("split") == "heldout" else "train", "shards": len(listed),
+            "bytes": _size(run_dir, directory, listed, files),
+            "instances": totals.get("instances"), "documents": totals.get("documents"),
+            "other_side_documents": totals.get("other_side_documents"), "tokens": totals.get("tokens"),
+            "masked": totals.get("masked"), "random_next": totals.get("random_next"),
+            "config": {key: config[key] for key in SHARD_SETTINGS if key in config},
+            "vocab": {"uri": vocab.get("uri"), "size": vocab.get("size")},
+            "validation": _validation(validation) if validation is not None else None, "phases": [],
+            # A side of a held-out split with no document of an input file: no shard, by design (make-shards'
+            # empty_side_ok), and why.
+            "empty_side": manifest.get("empty_side")}
+
+
+def _size(run_dir: str, directory: str, names: list[str], files: list[str]) -> int | None:
+    """Bytes of a directory's shard files (make-shards records their count and hashes, not their size): None when
+    one is missing or the sizes cannot be read."""
+    rels = [f"{directory}/{name}" if directory else name for name in names]
+    if not rels:
+        return 0
+    if not set(rels) <= set(files):
+        return None
+    try:
+        if not storage.is_s3(run_dir):
+            return sum(os.path.getsize(storage.join(run_dir, rel)) for rel in rels)
+        bucket, key = storage.split_s3(storage.join(run_dir, directory) if directory else run_dir)
+        prefix = key.rstrip("/") + "/" if key else ""
+        wanted, total = {prefix + name for name in names}, 0
+        for page in storage.s3_client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            total += sum(obj["Size"] for obj in page.get("Contents", []) if obj["Key"] in wanted)
+        return total
+    except Exception as exc:  # noqa: BLE001 - a size is a detail of the report, never its failure
+        log.info("%s: shard sizes not read (%s)", run_dir, exc)
+        return None
+
+
+def _validation(result: dict[str, Any]) -> dict[str, Any]:
+    """validate-shards' result in brief: passed or not, what it checked (its suites' checks), what failed, and
+    the masking statistics it measured."""
+    checks = result.get("checks") or []
+    suites: dict[str, list[str]] = {}
+    for check in checks:
+        suite = str(check.get("suite") or "checks").removeprefix("bert-shards-")
+        suites.setdefault(suite, []).append(str(check.get("check") or check.get("expectation")))
+    statistics = result.get("statistics") or {}
+    return {"success": bool(result.get("success")), "shards": result.get("shards"), "checks": len(checks),
+            "suites": suites, "failed": [f.get("message") or f.get("check") for f in result.get("failed") or []],
+            "statistics": {key: statistics[key] for key in (
+                "instances", "tokens", "predictions", "shown_mask", "shown_original", "random_next",
+                "masked_fraction", "shown_mask_fraction", "shown_original_fraction", "random_next_fraction")
+                if key in statistics},
+            "finished_at": result.get("finished_at")}
 
 
 def _finetuning(run_dir: str, files: list[str]) -> list[dict[str, Any]]:

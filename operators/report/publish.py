@@ -22,6 +22,7 @@ from bert_core.errors import BertPipelineError
 from bert_core.io import storage
 from operators.report import DATA_FILE, REPORT_FILE
 from operators.report.collect import FORMAT, mlflow_client
+from operators.report.render import data_lines
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,9 @@ def _summary(records: dict[str, Any]) -> str:
     for d in records["registry"]:
         verdict = "promoted to champion" if d["promoted"] else "not promoted: " + "; ".join(d.get("reasons") or [])
         lines.append(f"- {d['name']} v{d['candidate']}: {verdict}")
+    data = data_lines(records)
+    if data:
+        lines += ["", "Data:", *(f"- {line}" for line in data)]
     return "\n".join(lines)
 
 

@@ -14,7 +14,8 @@ from typing import Any
 from bert_core.pretrain.learning_watch import CHANCE_MARGIN
 from operators.report import TASK_ID, plots
 
-SECTIONS = {"models": "Models: the registry's decisions", "pretraining": "Pretraining",
+SECTIONS = {"models": "Models: the registry's decisions", "data": "Data: what the model trained on",
+            "pretraining": "Pretraining",
             "finetuning": "Fine-tuning", "timeline": "Task timeline", "serving": "Serving the promoted models"}
 # What "chance" is for each pretraining accuracy (the learning watch's baselines).
 CHANCE_WORDS = {"mlm_accuracy": ("masked-LM accuracy", "always predicting the most frequent masked token"),
@@ -29,7 +30,7 @@ margin-top: 2em; } h3 { margin-bottom: 0.3em; }
 .meta { color: #55606e; font-size: 0.92em; } nav a { margin-right: 1.2em; }
 table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.92em; }
 th, td { border: 1px solid #d5dbe2; padding: 3px 9px; text-align: left; vertical-align: top; }
-th { background: #f2f5f8; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th { background: #f2f5f8; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .badge { display: inline-block; border-radius: 4px; padding: 1px 8px; font-size: 0.8em; font-weight: 600;
          color: #fff; vertical-align: middle; }
 .good { background: #2a7f3f; } .bad { background: #c0392b; } .neutral { background: #6b7785; }
@@ -38,6 +39,7 @@ th { background: #f2f5f8; } td.num { text-align: right; font-variant-numeric: ta
 .note.failed { background: #fdecea; border-left-color: #c0392b; }
 .card { border: 1px solid #dde3ea; border-radius: 6px; padding: 4px 16px 8px; margin: 12px 0; }
 img { max-width: 100%; height: auto; border: 1px solid #eef1f4; }
+details { margin: 0.4em 0 1em; } summary { cursor: pointer; color: #2c5d8f; }
 pre { background: #f5f7f9; border: 1px solid #dde3ea; padding: 8px 12px; white-space: pre-wrap; font-size: 0.85em; }
 """
 
@@ -74,7 +76,8 @@ def render(records: dict[str, Any]) -> str:
     title = f"{records.get('dag_id') or 'run'} {records.get('dag_run_id') or records['run_dir']}"
     nav = "".join(f'<a href="#{key}">{_e(name)}</a>' for key, name in SECTIONS.items())
     body = [f"<header><h1>{_e(title)}</h1>{_overview(records)}</header>", f"<nav>{nav}</nav>",
-            _section("models", _models(records)), _section("pretraining", _pretraining(records)),
+            _section("models", _models(records)), _section("data", _data(records)),
+            _section("pretraining", _pretraining(records)),
             _section("finetuning", _finetuning(records)), _section("timeline", _timeline(records)),
             _section("serving", _serving(records))]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -210,6 +213,248 @@ def _models(records: dict[str, Any]) -> str:
                      f"<p>{champion}</p><p>Why:</p><ul>{reasons}</ul>{table}{notes}"
                      f'<p class="meta">All metrics: {metrics}</p></div>')
     return "\n".join(cards)
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+
+def _count(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else _num(value)
+
+
+def _bytes(value: Any) -> str:
+    if not isinstance(value, int):
+        return "—"
+    size = float(value)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{value:,} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(value)
+
+
+def _settings(value: Any) -> str:
+    """A shard setting the phase's shards share, or the values they differ by."""
+    return " / ".join(map(str, value)) if isinstance(value, list) else _count(value)
+
+
+def _phase_name(phase: str) -> str:
+    return phase or "one phase"
+
+
+def _sides(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    sets = data.get("shard_sets") or []
+    return [s for s in sets if s.get("side") != "heldout"], [s for s in sets if s.get("side") == "heldout"]
+
+
+def _total(sets: list[dict[str, Any]], key: str) -> int | None:
+    values = [s.get(key) for s in sets]
+    return sum(values) if values and all(isinstance(v, int) for v in values) else None
+
+
+def _validated(sets: list[dict[str, Any]]) -> str:
+    """validate-shards over some shard directories, in words."""
+    results = [s["validation"] for s in sets if s.get("validation")]
+    if not results:
+        return "not validated"
+    failed = sum(1 for v in results if not v["success"])
+    unchecked = len(sets) - len(results)
+    text = (("passed" if len(results) == 1 else "passed in both directories" if len(results) == 2 else
+             f"passed in all {len(results)} directories") if not failed else
+            f"FAILED in {failed} of {len(results)} director{'y' if len(results) == 1 else 'ies'}")
+    return text + (f" ({unchecked} not validated)" if unchecked else "")
+
+
+def _checked(sets: list[dict[str, Any]]) -> str:
+    verdict = _validated(sets)
+    return verdict if verdict == "not validated" else f"validate-shards {verdict}"
+
+
+def data_lines(records: dict[str, Any]) -> list[str]:
+    """What the run trained on, in a few plain lines (the report's MLflow description and the text summary)."""
+    data = records.get("data") or {}
+    if not data:
+        return []
+    lines = []
+    text = data.get("text") or []
+    if text:
+        lines.append(f"text: {_count(sum(t.get('documents') or 0 for t in text))} documents, "
+                     f"{_count(sum(t.get('sentences') or 0 for t in text))} sentences from "
+                     f"{_count(sum(t.get('files') or 0 for t in text))} input file(s)")
+    phases = data.get("phases") or []
+    for phase in phases:
+        held = (f"{_count(phase.get('heldout_instances'))} held-out instances ({_count(phase.get('heldout_documents'))} "
+                "documents)" if phase.get("heldout") else "no held-out shards")
+        lines.append(f"pretraining{' ' + phase['phase'] if phase['phase'] else ''}: "
+                     f"{_count(phase.get('instances'))} training instances ({_count(phase.get('documents'))} "
+                     f"documents), {held}; sequence length {_settings(phase.get('max_seq_length'))}, max predictions "
+                     f"{_settings(phase.get('max_predictions_per_seq'))}, batch {_count(phase.get('batch_size'))} x "
+                     f"accumulate {_count(phase.get('accumulate'))}, {_count(phase.get('steps'))} steps")
+    train, heldout = _sides(data)
+    for side, group in (("training", train), ("held-out", heldout)):
+        if group:
+            facts = [f"{_count(_total(group, 'shards'))} shard file(s) in {len(group)} director"
+                     f"{'y' if len(group) == 1 else 'ies'}, {_bytes(_total(group, 'bytes'))}"]
+            if not phases:  # else each phase's line says what it read
+                facts.insert(0, f"{_count(_total(group, 'instances'))} instances from "
+                                f"{_count(_total(group, 'documents'))} documents")
+            lines.append(f"{side} shards: {', '.join(facts)}; {_checked(group)}")
+    return lines
+
+
+def _passes(phase: dict[str, Any]) -> Any:
+    """Sequences trained on over the training instances: how many times the run went through its shards."""
+    steps, batch, instances = phase.get("steps"), phase.get("batch_size"), phase.get("instances")
+    if phase.get("use_avg_len") or not all(isinstance(v, int) and v > 0 for v in (steps, batch, instances)):
+        return None
+    return steps * batch * (phase.get("accumulate") or 1) / instances
+
+
+def _data(records: dict[str, Any]) -> str:
+    data = records.get("data") or {}
+    if not data:
+        return ("<p>This run made no pretraining data (no segment or make-shards output in its directory).</p>")
+    out = []
+    text, (train, heldout) = data.get("text") or [], _sides(data)
+    if text:
+        documents = sum(t.get("documents") or 0 for t in text)
+        splitter = text[0].get("sentence_splitter") or {}
+        how = (f", split into sentences by {splitter.get('splitter')}"
+               + (" (trained on this text)" if splitter.get("model") == "trained-on-input" else
+                  f" ({splitter['model']})" if splitter.get("model") else "") if splitter.get("splitter") else "")
+        dropped = sum(t.get("dropped_empty_documents") or 0 for t in text)
+        sentence = (f"<b>{_count(documents)} documents</b> ({_count(sum(t.get('sentences') or 0 for t in text))} "
+                    f"sentences) from {_count(sum(t.get('files') or 0 for t in text))} input file(s){_e(how)}")
+        if dropped:
+            sentence += f"; {_count(dropped)} empty document(s) dropped"
+        # The split of the documents: each phase's (the same documents, made into shards of its settings), said
+        # once when the phases agree; the shard directories' without a phase.
+        splits = {(p.get("documents"), p.get("heldout_documents")) for p in data.get("phases") or [] if p.get("heldout")}
+        train_docs, held_docs = (next(iter(splits)) if len(splits) == 1 else (None, None) if splits else
+                                 (_total(train, "documents"), _total(heldout, "documents")))
+        if heldout and train_docs is not None and held_docs is not None:
+            sentence += (f": <b>{_count(train_docs)}</b> for training, <b>{_count(held_docs)}</b> "
+                         f"({100 * held_docs / max(train_docs + held_docs, 1):.1f}%) held out for evaluation")
+        out.append(f"<p>{sentence}.</p>")
+    phases = data.get("phases") or []
+    if phases:
+        rows = [[_td(_phase_name(p["phase"])), _td(_settings(p.get("max_seq_length")), True),
+                 _td(_settings(p.get("max_predictions_per_seq")), True),
+                 _td(f"{_count(p.get('batch_size'))} x {_count(p.get('accumulate'))}"
+                     + (" tokens" if p.get("use_avg_len") else ""), True),
+                 _td(_count(p.get("steps")), True),
+                 _td(f"{_count(p.get('instances'))} ({_count(p.get('documents'))} documents)", True),
+                 _td(_passes(p), True),
+                 _td(f"{_count(p.get('heldout_instances'))} ({_count(p.get('heldout_documents'))} documents)"
+                     if p.get("heldout") else "none: scored on the training data", True)]
+                for p in phases]
+        out.append(_table(["phase", "sequence length", "max predictions per sequence", "batch x accumulate", "steps",
+                           "training instances (documents)", "epochs (passes over them)",
+                           "held-out instances (documents)"],
+                          rows))
+    elif train or heldout:
+        out.append('<p class="note">No pretraining phase recorded its inputs (the run did not pretrain): the shards '
+                   "below were made, nothing trained on them.</p>")
+    sets = train + heldout
+    if sets:
+        rows = []
+        for side, group in (("training", train), ("held-out", heldout)):
+            for s in group:
+                check = s.get("validation")
+                verdict = (_td("no shard: none of its documents is on this side", css="ok")
+                           if s.get("empty_side") and (check is None or check["success"]) else
+                           _td("not validated") if check is None else
+                           _td(f"passed ({check['checks']} checks)", css="ok") if check["success"] else
+                           _td(f"failed: {len(check['failed'])} of {check['checks']} checks", css="fail"))
+                phases = s.get("phases") or []
+                used = "no" if not phases else "yes" if phases == [""] else ", ".join(map(_phase_name, phases))
+                rows.append([_td(s["dir"] or "."), _td(side), _td(used), _td(_count(s.get("shards")), True),
+                             _td(_bytes(s.get("bytes")), True), _td(_count(s.get("documents")), True),
+                             _td(_count(s.get("tokens")), True), _td(_count(s.get("instances")), True),
+                             _td(_count(s.get("masked")), True), verdict])
+            if len(group) > 1:
+                rows.append([_td(f"all {side}"), _td(""), _td(""),
+                             *(_td(_bytes(_total(group, key)) if key == "bytes" else _count(_total(group, key)), True)
+                               for key in ("shards", "bytes", "documents", "tokens", "instances", "masked")),
+                             _td(_validated(group))])
+        out.append("<p>The shards (make-shards' manifests; text tokens are the documents' WordPiece tokens, "
+                   "instances the masked sequences made from them):</p>")
+        out.append(_table(["directory", "side", "trained", "shard files", "size", "documents", "text tokens",
+                           "instances", "masked tokens", "validate-shards"], rows))
+        out.append(_shard_settings(sets))
+        out.append(_validation(sets))
+    return "\n".join(out)
+
+
+def _setting(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value) if isinstance(value, int) else _num(value)
+
+
+def _shard_settings(sets: list[dict[str, Any]]) -> str:
+    """The make-shards settings, once where the directories share them (the held-out side's one masking pass
+    apart)."""
+    facts = []
+    for key, label in (("masked_lm_prob", "masked-LM probability"), ("short_seq_prob", "short-sequence probability"),
+                       ("dupe_factor", "masked copies of each document (dupe factor)"),
+                       ("whole_word_mask", "whole-word masking"), ("do_lower_case", "lower-cased"),
+                       ("holdout_fraction", "held-out fraction"), ("random_seed", "seed")):
+        by_side: dict[str, list[Any]] = {}
+        for s in sets:
+            if key in (s.get("config") or {}):
+                side = "held-out" if s.get("side") == "heldout" else "training"
+                values = by_side.setdefault(side, [])
+                if s["config"][key] not in values:
+                    values.append(s["config"][key])
+        if not by_side:
+            continue
+        distinct = {json.dumps(v) for values in by_side.values() for v in values}
+        if len(distinct) == 1:
+            facts.append(f"{label} {_setting(next(iter(by_side.values()))[0])}")
+        else:
+            facts.append(f"{label} " + ", ".join(f"{' / '.join(map(_setting, values))} ({side})"
+                                                 for side, values in by_side.items()))
+    vocab = next((s["vocab"] for s in sets if (s.get("vocab") or {}).get("uri")), None)
+    if vocab:
+        facts.append(f"vocab {vocab['uri']} ({_count(vocab.get('size'))} ids)")
+    return f'<p class="meta">make-shards settings: {_e("; ".join(facts))}.</p>' if facts else ""
+
+
+def _validation(sets: list[dict[str, Any]]) -> str:
+    """validate-shards: passed or failed, what failed, what it measured, and (folded) every check it ran."""
+    results = [(s, s["validation"]) for s in sets if s.get("validation")]
+    unchecked = [s["dir"] or "." for s in sets if not s.get("validation")]
+    if not results:
+        return '<p class="note">validate-shards did not run on these shards (no validation.json).</p>'
+    failed = [(s, v) for s, v in results if not v["success"]]
+    head = ("validate-shards: <b class=\"ok\">passed</b> in "
+            + ("the directory" if len(results) == 1 else "both directories" if len(results) == 2 else
+               f"all {len(results)} directories") + " it validated" if not failed else
+            f"validate-shards: <b class=\"fail\">failed</b> in {len(failed)} of the {len(results)} "
+            f"director{'y' if len(results) == 1 else 'ies'} it validated")
+    if unchecked:
+        head += f"; it did not run on {_e(', '.join(unchecked))}"
+    totals = {key: sum(v["statistics"].get(key) or 0 for _, v in results)
+              for key in ("tokens", "predictions", "shown_mask", "shown_original", "random_next", "instances")}
+    measured = ""
+    if totals["tokens"] and totals["predictions"] and totals["instances"]:
+        measured = (f" Over the validated shards, {totals['predictions'] / totals['tokens']:.3f} of the tokens "
+                    f"are predicted, {totals['shown_mask'] / totals['predictions']:.3f} of the predictions show "
+                    f"[MASK] and {totals['shown_original'] / totals['predictions']:.3f} the original token, and "
+                    f"{totals['random_next'] / totals['instances']:.3f} of the instances have a random next sentence.")
+    parts = [f"<p>{head}.{_e(measured)}</p>"]
+    for s, v in failed:
+        parts.append(f'<p class="fail">{_e(s["dir"] or ".")}:</p><ul>'
+                     + "".join(f"<li>{_e(message)}</li>" for message in v["failed"]) + "</ul>")
+    suites = max((v.get("suites") or {} for _, v in results), key=lambda found: sum(map(len, found.values())))
+    if suites:
+        count = sum(len(checks) for checks in suites.values())
+        listed = "".join(f"<li><b>{_e(suite)}</b> ({len(checks)}): {_e('; '.join(checks))}</li>"
+                         for suite, checks in suites.items())
+        parts.append(f"<details><summary>What it checked: {count} checks in {len(suites)} suites "
+                     f"({_e(', '.join(suites))})</summary><ul>{listed}</ul></details>")
+    return "\n".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------- pretraining

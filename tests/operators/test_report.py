@@ -256,3 +256,125 @@ def test_a_one_epoch_fine_tuning_has_its_epoch_as_the_only_tick():
     for ax in fig.axes:
         fig.canvas.draw()
         assert [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]] == [1.0], ax.get_title()
+
+
+def _pretrain_manifest(train: list, heldout, steps: int, batch: int, accumulate: int) -> dict:
+    """A pretrain manifest as bert_core.pretrain.step writes it: its config's data and data_eval, and as inputs
+    the shard files with their hashes (ShardSet.sha256, as the step's preflight records them)."""
+    from bert_core.pretrain.stream import ShardSet
+
+    data, data_eval = ",".join(str(d) for d in train), str(heldout)
+    inputs = {**ShardSet(data).sha256(), **ShardSet(data_eval).sha256()}
+    return {"step": "pretrain", "config": {"data": data, "data_eval": data_eval, "model": "bert_2_64_2",
+                                           "batch_size": batch, "accumulate": accumulate, "num_steps": steps},
+            "inputs": [{"uri": uri, "sha256": digest} for uri, digest in sorted(inputs.items())],
+            "outputs": [], "metrics": {"mlm_accuracy": 0.3, "mlm_accuracy_chance": 0.12},
+            "training": {"steps": steps, "total_steps": steps, "world_size": 1, "metrics_on": "data_eval"}}
+
+
+def test_the_data_section_says_what_each_phase_trained_on_from_the_data_steps_records(tmp_path):
+    """A two-phase bert_pretraining run directory, its data made by the real steps (segment, make-shards per
+    segmented file and a held-out side per phase, validate-shards): the report's records and page give the
+    documents and sentences, the training and held-out instances and documents, each shard directory's files,
+    size and validate-shards result (what it checked, what failed), and per phase its sequence length, max
+    predictions, batch and steps, all as those steps recorded them; so does the text summary logged to MLflow."""
+    from bert_core.data.instances import ShardConfig
+    from bert_core.data.make_shards import heldout_config, make_shards
+    from bert_core.data.segment import segment
+    from bert_core.data.validate_shards import validate_shards
+    from bert_core.io import manifest
+    from operators.locations import default_model_dir, demo_data
+    from operators.report.publish import _summary
+
+    run = tmp_path / "run"
+    corpus = [f"{demo_data('corpus')}/part-a.txt", f"{demo_data('corpus')}/part-b.txt"]
+    segmented = segment(corpus, str(run / "segmented"))
+    files = [str(run / "segmented" / o["path"]) for o in segmented["outputs"]]
+    vocab = f"{default_model_dir()}/vocab.txt"
+    made = {}
+    for phase, seq, predictions, steps in (("phase1", 64, 10, 90), ("phase2", 128, 20, 10)):
+        config = ShardConfig(max_seq_length=seq, max_predictions_per_seq=predictions, dupe_factor=2,
+                             holdout_fraction=0.1, split="train")
+        train = [run / "shards" / phase / name for name in ("part-a", "part-b")]
+        for file, directory in zip(files, train):
+            made[directory] = make_shards([file], str(directory), vocab, config, progress=False)
+        heldout = run / "shards-heldout" / phase
+        made[heldout] = make_shards(files, str(heldout), vocab, heldout_config(config), progress=False)
+        _write(run, f"pretrained/{phase}/manifest.json", _pretrain_manifest(train, heldout, steps, 32, 2))
+    for directory in (run / "shards" / "phase1" / "part-a", run / "shards" / "phase1" / "part-b"):
+        assert validate_shards(str(directory))["success"]
+    # A validation that failed, as validate_shards writes one (its failed checks, each with its message).
+    failed = json.loads((run / "shards/phase1/part-a/validation.json").read_text())
+    failed["success"] = False
+    failed["checks"][0]["success"] = False
+    failed["failed"] = [{**failed["checks"][0], "message": "expect_column_values_to_be_in_set on ids_in_vocab "
+                                                            "[ids inside the vocabulary] failed in part-00000.npz"}]
+    _write(run, "shards/phase2/part-a/validation.json", failed)
+
+    records = collect(str(run))
+    data = records["data"]
+    json.dumps(records)  # report_data.json
+    assert data["text"][0]["documents"] == segmented["totals"]["documents"] == 225
+    assert data["text"][0]["sentences"] == segmented["totals"]["sentences"]
+    one, two = data["phases"]
+    train1 = [made[run / "shards/phase1" / n] for n in ("part-a", "part-b")]
+    held1 = made[run / "shards-heldout/phase1"]
+    assert (one["phase"], one["max_seq_length"], one["max_predictions_per_seq"], one["batch_size"],
+            one["accumulate"], one["steps"]) == ("phase1", 64, 10, 32, 2, 90)
+    assert (two["max_seq_length"], two["max_predictions_per_seq"], two["steps"]) == (128, 20, 10)
+    assert one["instances"] == sum(m["totals"]["instances"] for m in train1)
+    assert one["heldout_instances"] == held1["totals"]["instances"] and one["heldout_documents"] > 0
+    assert one["documents"] + one["heldout_documents"] == 225  # every document on one side of the split
+    assert one["train"] == ["shards/phase1/part-a", "shards/phase1/part-b"] and one["heldout"] == [
+        "shards-heldout/phase1"]
+    sets = {s["dir"]: s for s in data["shard_sets"]}
+    part_a = sets["shards/phase1/part-a"]
+    assert part_a["shards"] == len(made[run / "shards/phase1/part-a"]["shards"])
+    assert part_a["bytes"] == sum(p.stat().st_size for p in (run / "shards/phase1/part-a").glob("*.npz"))
+    assert part_a["phases"] == ["phase1"] and sets["shards-heldout/phase2"]["side"] == "heldout"
+    assert part_a["validation"]["success"] and part_a["validation"]["checks"] == 30
+    assert sets["shards/phase2/part-a"]["validation"]["success"] is False
+    assert sets["shards/phase2/part-b"]["validation"] is None
+
+    page = Page()
+    page.feed(render(records))
+    text = " ".join(" ".join(page.text).split())
+    assert text.index("Data: what the model trained on") < text.index("Pretraining")
+    held_docs = one["heldout_documents"]
+    assert (f"225 documents ({segmented['totals']['sentences']:,} sentences) from 2 input file(s), split into "
+            f"sentences by punkt (trained on this text): {225 - held_docs} for training, {held_docs}") in text
+    assert (f"phase1 64 10 32 x 2 90 {one['instances']:,} ({225 - held_docs} documents) "
+            f"{90 * 64 / one['instances']:.4g} {one['heldout_instances']} ({held_docs} documents)") in text
+    assert f"phase2 128 20 32 x 2 10 {two['instances']:,} ({two['documents']} documents)" in text
+    assert (f"shards/phase1/part-a training phase1 {part_a['shards']} {part_a['bytes'] / 1024:.1f} KiB "
+            f"{part_a['documents']} {part_a['tokens']:,} {part_a['instances']:,} {part_a['masked']:,} "
+            "passed (30 checks)") in text
+    assert "shards/phase2/part-a training phase2" in text and "failed: 1 of 30 checks" in text
+    assert "shards-heldout/phase1 held-out phase1" in text and "not validated" in text
+    assert "failed in 1 of the 3 directories it validated" in text
+    assert "ids inside the vocabulary] failed in part-00000.npz" in text
+    assert "What it checked: 30 checks in 4 suites" in text and "[CLS] at position 0" in text
+    assert "masked copies of each document (dupe factor) 2 (training), 1 (held-out)" in text
+
+    summary = _summary(records)
+    assert f"- text: 225 documents, {segmented['totals']['sentences']:,} sentences from 2 input file(s)" in summary
+    assert (f"- pretraining phase1: {one['instances']:,} training instances ({225 - held_docs} documents), "
+            f"{one['heldout_instances']} held-out instances ({held_docs} documents); sequence length 64, max "
+            "predictions 10, batch 32 x accumulate 2, 90 steps") in summary
+    assert "- training shards: 4 shard file(s) in 4 directories" in summary
+    assert "validate-shards FAILED in 1 of 3 directories (1 not validated)" in summary
+    assert manifest.read(str(run / "shards/phase1/part-a"))["step"] == "make-shards"
+
+    # One input file's training side with no document (all held out): make-shards records an empty side, no shard.
+    empty = {**sets["shards/phase2/part-b"], "shards": 0, "bytes": 0, "instances": 0, "documents": 0,
+             "empty_side": "none of the 1 document(s) of the inputs is on the train side"}
+    page = Page()
+    page.feed(render({**records, "data": {**data, "shard_sets": [empty]}}))
+    assert "shards/phase2/part-b training phase2 0 0 bytes 0" in " ".join(" ".join(page.text).split())
+    assert "no shard: none of its documents is on this side" in " ".join(page.text)
+
+    # A run that made no data (bert_finetune), and a report drawn from records logged before there was a Data
+    # section, say so in the section.
+    for without in ({**records, "data": {}}, {k: v for k, v in records.items() if k != "data"}):
+        assert "This run made no pretraining data" in render(without)
+        assert "Data:" not in _summary(without)
