@@ -104,7 +104,7 @@ def model_config_from(spec: str) -> BertConfig:
     return zoo.architecture_config(spec)
 
 
-def sized_to_vocab(model_config: BertConfig, shard_sets: list[ShardSet]) -> BertConfig:
+def sized_to_vocab(model_config: BertConfig, shard_sets: list[ShardSet], say: bool = True) -> BertConfig:
     """An architecture named by --model (not a CONFIG_JSON, which says its own vocab_size) trained from scratch
     gets the vocabulary size of the vocab its shards were made with, as the make-shards manifest records it:
     a `build-vocab` vocab of 8,000 tokens under bert_base_uncased's 30,522 would give a softmax over 22,522 ids
@@ -113,8 +113,9 @@ def sized_to_vocab(model_config: BertConfig, shard_sets: list[ShardSet]) -> Bert
     sizes = {s for s in (shards.manifest_vocab_size() for shards in shard_sets) if s is not None}
     if not sizes or max(sizes) == model_config.vocab_size:
         return model_config
-    log.info("vocab_size %d: the vocab the shards were made with (the architecture's default is %d)",
-             max(sizes), model_config.vocab_size)
+    if say:
+        log.info("vocab_size %d: the vocab the shards were made with (the architecture's default is %d)",
+                 max(sizes), model_config.vocab_size)
     return model_config.replace(vocab_size=max(sizes))
 
 
@@ -142,7 +143,8 @@ def _shards_casing(shard_sets: list[ShardSet]) -> bool | None:
     return next(iter(recorded.values()), None)
 
 
-def _with_shards_casing(model_config: BertConfig, shard_sets: list[ShardSet], pretrained: str | None) -> BertConfig:
+def _with_shards_casing(model_config: BertConfig, shard_sets: list[ShardSet], pretrained: str | None,
+                        say: bool = True) -> BertConfig:
     """The model directory records the casing its tokenizer must use (finetune, embed and serving read it),
     so it is the casing the shards were tokenized with: a model trained on `make-shards --cased` shards was
     written as lower-casing (the zoo's default) and every later step lower-cased its input. Weights already
@@ -156,8 +158,9 @@ def _with_shards_casing(model_config: BertConfig, shard_sets: list[ShardSet], pr
             f"(do_lower_case {model_config.do_lower_case}) but the shards were made "
             f"{'without' if casing else 'with'} make-shards --cased (do_lower_case {casing}); make the shards "
             "with the model's casing and vocab")
-    log.info("do_lower_case %s, as the shards were tokenized (--model's config says %s)", casing,
-             model_config.do_lower_case)
+    if say:
+        log.info("do_lower_case %s, as the shards were tokenized (--model's config says %s)", casing,
+                 model_config.do_lower_case)
     return model_config.replace(do_lower_case=casing)
 
 
@@ -175,9 +178,12 @@ def plan_run(config: PretrainConfig, device: torch.device | str | None = None) -
     shards = _shards("--data", config.data)
     eval_shards = _shards("--data-eval", config.data_eval) if config.data_eval else None
     shard_sets = [shards] + ([eval_shards] if eval_shards else [])
+    # What the plan chose for the model is said once a run: by the plan that trains (a device; on Ray, rank 0's
+    # worker), not again by a launcher's check before it (the same process when the run is not on Ray).
+    say = device is not None and dist.rank() == 0
     if not config.pretrained and not is_config_file(config.model):
-        model_config = sized_to_vocab(model_config, shard_sets)
-    model_config = _with_shards_casing(model_config, shard_sets, pretrained=config.pretrained)
+        model_config = sized_to_vocab(model_config, shard_sets, say=say)
+    model_config = _with_shards_casing(model_config, shard_sets, pretrained=config.pretrained, say=say)
     return RunPlan(config=config, shards=shards, eval_shards=eval_shards,
                    model_config=model_config, pretrained_dir=pretrained_dir, pretrained_weights=pretrained_weights,
                    output=config.output,

@@ -415,7 +415,8 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
     watch = LearningWatch(total_steps, Baseline(*majority_baseline(eval_shards or shards)), config.watch_fraction)
     watch.skip_until(step)
     # In a log file (Ray workers, Airflow) a bar redrawn every second would flood it.
-    # Without the bar (--no-progress, as the DAG tasks run), a log line every PROGRESS_LINE_S instead.
+    # Without the bar (--no-progress, as the DAG tasks run), a log line every PROGRESS_LINE_S instead, and one at
+    # the last step: a run shorter than PROGRESS_LINE_S logged no loss at all.
     bar = tqdm(total=total_steps, initial=step, disable=rank != 0 or not config.progress, unit="step",
                dynamic_ncols=True, mininterval=1.0 if sys.stderr.isatty() else 30.0)
     drain_at: int | None = None  # under a drain notice: the step whose checkpoint is the last one here
@@ -446,7 +447,8 @@ def pretrain(config: PretrainConfig, tracker: Tracker | None = None, *, device: 
                 watch.observe_train(step, logged)
                 interval = _Interval()
                 log.debug("step %d: %s", step, logged)
-                if bar.disable and rank == 0 and time.monotonic() - last_line >= PROGRESS_LINE_S:
+                if bar.disable and rank == 0 and (time.monotonic() - last_line >= PROGRESS_LINE_S
+                                                  or step == total_steps):
                     last_line = time.monotonic()
                     log.info("step %d of %d: loss %.4f, masked-LM accuracy %.3f (training), %.0f tokens/s", step,
                              total_steps, logged["loss"], logged["mlm_accuracy"], logged["tokens_per_s"])

@@ -461,7 +461,9 @@ def test_a_wrong_vocab_is_an_error_before_training(cfg, tmp_path, monkeypatch):
 
 
 def test_without_a_progress_bar_the_log_says_where_the_run_is(cfg, monkeypatch, caplog):
-    """DAG tasks run with progress off (a bar would flood the task log): a line every PROGRESS_LINE_S instead."""
+    """DAG tasks run with progress off (a bar would flood the task log): a line every PROGRESS_LINE_S instead, and
+    always one for the last step, so that a run shorter than PROGRESS_LINE_S still says its loss (`pretrain
+    --no-tracking` without a terminal logged none: no bar, no MLflow, no line)."""
     from bert_core.pretrain import step as pretrain_step
 
     monkeypatch.setattr(pretrain_step, "PROGRESS_LINE_S", 0.0)
@@ -475,7 +477,10 @@ def test_without_a_progress_bar_the_log_says_where_the_run_is(cfg, monkeypatch, 
     caplog.clear()
     with caplog.at_level("INFO", logger="bert_core.pretrain.step"):
         pretrain(cfg(num_steps=4, log_interval=2, output=cfg().output + "-2"))
-    assert not [r for r in caplog.records if r.getMessage().endswith("tokens/s")]
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().endswith("tokens/s")]
+    # Only the last step's line: the one before it came less than PROGRESS_LINE_S after the start.
+    assert [line.split(":")[0] for line in lines] == ["step 4 of 4"], lines
+    assert "loss" in lines[0] and "masked-LM accuracy" in lines[0]
 
 
 def _with_casing(data, do_lower_case: bool):
@@ -484,6 +489,32 @@ def _with_casing(data, do_lower_case: bool):
     meta["config"]["do_lower_case"] = do_lower_case
     (data / "manifest.json").write_text(json.dumps(meta))
     return data
+
+
+def test_the_casing_the_shards_give_the_model_is_logged_once_a_run(cfg, tmp_path, caplog):
+    """`bert-pipeline pretrain` in this process: the launcher's check, then the run, each plan the run
+    (run_plan.plan_run), and the line saying that the model takes the shards' casing came twice. Once now, from the
+    plan that trains; as a Ray Train worker runs the step (the launcher's inputs handed over, the run planned again
+    in the worker's process), the worker still says it."""
+    from bert_core.launch.run import run_step
+    from bert_core.pretrain.step import PRETRAIN
+
+    cased = _with_casing(write_shards(tmp_path / "cased", num_shards=1), False)
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("do_lower_case False, as the "
+                                                                                      "shards were tokenized")]
+
+    with caplog.at_level("INFO", logger="bert_core.pretrain.run_plan"):
+        run_step(PRETRAIN, cfg(data=str(cased), num_steps=1, batch_size=8))
+    assert len(said()) == 1, said()
+
+    worker = cfg(data=str(cased), num_steps=1, batch_size=8, output=str(tmp_path / "worker"))
+    inputs, _ = check_inputs(worker)  # the launcher's check (on Ray, in the driver's process)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="bert_core.pretrain.run_plan"):
+        pretrain(worker, inputs=inputs, device=torch.device("cpu"))
+    assert len(said()) == 1, said()
 
 
 def test_the_model_directory_records_the_casing_of_its_shards(cfg, tmp_path):
