@@ -70,7 +70,13 @@ def make_shards(segmented: str | list[str], output: str, vocab: str, settings: d
                 split: str = "all") -> str:
     """Shards of `segmented`; with a holdout_fraction, only one side of the held-out split (`split`:
     "train", or "heldout" for the evaluation shards: one masking pass). `settings`: ShardConfig fields; the
-    library's defaults for the rest."""
+    library's defaults for the rest.
+
+    The DAGs make the training side one input file at a time and the held-out side of all the files at once, so
+    the held-out task judges the corpus: it fails, naming the Param holdout_fraction and the files, when either
+    side of the whole corpus is empty. A training side with no document (a one-document file whose document is
+    held out) is an output with no shard whose manifest records why; that file gives no training shards and the
+    run trains on the others' (pretrain_phases)."""
     from bert_core.data.instances import ShardConfig
     from bert_core.data.make_shards import heldout_config
     from bert_core.launch.ray_shards import make_shards as run
@@ -78,8 +84,41 @@ def make_shards(segmented: str | list[str], output: str, vocab: str, settings: d
     inputs = [segmented] if isinstance(segmented, str) else list(segmented)
     config = ShardConfig(**known_settings(ShardConfig, settings, "make_shards settings", exclude=("split",)),
                          split="train" if split == "heldout" else split)
-    run(inputs, output, vocab, heldout_config(config) if split == "heldout" else config, progress=False)
+    made = run(inputs, output, vocab, heldout_config(config) if split == "heldout" else config, progress=False,
+               empty_side_ok=split in ("train", "heldout"))
+    totals = made.get("totals", {})
+    if split == "train" and made.get("empty_side"):
+        log.warning("%s: all %s of its document(s) are held out (holdout_fraction %s): it gives no training "
+                    "shards; the run trains on the other files'", _names(inputs),
+                    totals.get("other_side_documents"), config.holdout_fraction)
+    if split == "heldout":
+        _check_both_sides(inputs, config.holdout_fraction, held=int(totals.get("documents", 0)),
+                          trained=int(totals.get("other_side_documents", 0)))
     return output
+
+
+def _names(files: list[str], most: int = 5) -> str:
+    """'a.txt, b.txt' (at most `most` names, then how many in all): the input files as the DAG user named them
+    (a segmented file has its input's name)."""
+    names = [Path(f).name for f in files]
+    return ", ".join(names[:most]) + (f", ... ({len(names)} files)" if len(names) > most else "")
+
+
+def _check_both_sides(files: list[str], fraction: float, held: int, trained: int) -> None:
+    """The held-out split of the whole corpus, in the DAG's terms: both sides need a document."""
+    from bert_core.errors import BertPipelineError
+
+    total = held + trained
+    if not held:
+        raise BertPipelineError(
+            f"holdout_fraction {fraction} held out none of the {total} document(s) of the input file(s) "
+            f"{_names(files)}: the promotion gate scores the model on held-out documents; raise the Param "
+            "holdout_fraction (each document is held out with that probability, by a hash of its text) or give "
+            "more documents")
+    if not trained:
+        raise BertPipelineError(
+            f"holdout_fraction {fraction} held out every one of the {total} document(s) of the input file(s) "
+            f"{_names(files)}: none is left to train on; lower the Param holdout_fraction or give more documents")
 
 
 def validate_shards(shards_dir: str) -> dict[str, Any]:
@@ -293,8 +332,40 @@ def pretrain_phases(plan: PretrainingPlan, segmented: list[str]) -> dict[str, An
     phase's result, with every phase's metrics."""
     results = []
     for phase in plan.phases:
-        shards = ",".join(phase.shard_dir(f) for f in segmented)
-        result = pretrain(shards, phase.output, phase.pretrain, vocab=plan.vocab, data_eval=phase.heldout_dir)
+        trained, all_held_out = _training_shard_dirs(phase, segmented)
+        result = pretrain(",".join(trained), phase.output, phase.pretrain, vocab=plan.vocab,
+                          data_eval=phase.heldout_dir)
         results.append({"phase": phase.name or "single",
-                        **{k: result[k] for k in ("output", "metrics", "mlflow_run_id")}})
+                        **{k: result[k] for k in ("output", "metrics", "mlflow_run_id")},
+                        **({"files_all_held_out": all_held_out} if all_held_out else {})})
     return {**result, "phases": results}
+
+
+def _training_shard_dirs(phase: Any, segmented: list[str]) -> tuple[list[str], list[str]]:
+    """The phase's per-file training shard directories that hold shards, and the files whose every document was
+    held out (their directories' manifests record no shard, by design: make_shards). An error naming the Param
+    holdout_fraction and the files when no file has a training shard."""
+    from bert_core.errors import BertPipelineError
+    from bert_core.io import manifest
+
+    trained, all_held_out = [], []
+    for file in segmented:
+        directory = phase.shard_dir(file)
+        try:
+            made = manifest.read(directory)
+        except FileNotFoundError:
+            made = {}  # not made here: pretrain says so
+        if made.get("empty_side") and not made.get("shards"):
+            all_held_out.append(file)
+        else:
+            trained.append(directory)
+    if all_held_out:
+        log.warning("%s: every document held out (holdout_fraction %s): no training shards from %s",
+                    _names(all_held_out), phase.shards.get("holdout_fraction"),
+                    "it" if len(all_held_out) == 1 else "them")
+    if not trained:
+        raise BertPipelineError(
+            f"holdout_fraction {phase.shards.get('holdout_fraction')} held out every document of the input "
+            f"file(s) {_names(all_held_out)}: none is left to train on; lower the Param holdout_fraction or give "
+            "more documents")
+    return trained, all_held_out

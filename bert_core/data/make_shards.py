@@ -434,9 +434,15 @@ def check_vocab_casing(vocab_file: str, vocab: dict[str, int], do_lower_case: bo
 def make_shards(inputs: list[str], output: str, vocab_file: str, config: ShardConfig | None = None,
                 workers: int = 1, backend: str = "auto", overwrite: bool = False,
                 progress: bool | None = None, stats: RunStats | None = None,
-                remote: OpenRemote | None = None) -> dict[str, Any]:
+                remote: OpenRemote | None = None, empty_side_ok: bool = False) -> dict[str, Any]:
     """Run the step; return its manifest. `progress`: True/False, or None for a bar only on a terminal.
-    `remote` runs the units of the "ray" backend (bert_core.launch.ray_shards passes it)."""
+    `remote` runs the units of the "ray" backend (bert_core.launch.ray_shards passes it).
+
+    `empty_side_ok` (with a held-out split, config.split "train" or "heldout"): inputs that have documents, none
+    of them on this side of the split, give an output with no shard whose manifest says so (`empty_side`, totals
+    with 0 instances and the documents of the other side) instead of an error. For a caller that makes one
+    input file's side at a time and judges the whole corpus itself: a one-document file whose document is held
+    out has an empty training side, which is no fault of the run's."""
     config = config or ShardConfig()
     config.check()
     if workers < 1:
@@ -482,7 +488,14 @@ def make_shards(inputs: list[str], output: str, vocab_file: str, config: ShardCo
             bar.update(result.documents)
             bar.set_postfix_str(rates(stats, time.perf_counter() - clock), refresh=False)
         written = writer.close()
-        if not written:
+        empty_side = None
+        if not written and empty_side_ok and config.split != "all" and stats.other_side_documents \
+                and not stats.documents:
+            empty_side = (f"none of the {stats.other_side_documents} document(s) of the inputs is on the "
+                          f"{config.split} side of the held-out split (holdout_fraction {config.holdout_fraction}): "
+                          "no shard")
+            log.warning("make-shards: %s", empty_side)
+        elif not written:
             named = f"{', '.join(uris[:3])}{', ...' if len(uris) > 3 else ''}"
             if config.split == "heldout" and stats.other_side_documents:
                 raise BertPipelineError(
@@ -508,6 +521,7 @@ def make_shards(inputs: list[str], output: str, vocab_file: str, config: ShardCo
                 "totals": totals,
                 "semantics": "Google create_pretraining_data.py per unit of documents; random next "
                              "sentence drawn from the same unit (see bert_core.data.instances)",
+                **({"empty_side": empty_side} if empty_side else {}),
             },
         )
         result_manifest["outputs"] = [{"path": w["path"], "sha256": w["sha256"]} for w in written]

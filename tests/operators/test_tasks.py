@@ -310,3 +310,61 @@ def test_the_make_shards_fan_out_skips_inputs_with_no_document(tmp_path):
     segmented = ops.segment([str(tmp_path / "raw")], str(tmp_path / "segmented"))
     assert sorted(p.name for p in (tmp_path / "segmented").glob("*.txt")) == ["a.txt", "empty.txt"]
     assert ops.segmented_files(segmented) == [str(tmp_path / "segmented" / "a.txt")]
+
+
+def test_a_file_whose_every_document_is_held_out_gives_no_training_shards(tmp_path, monkeypatch, minilm_dir):
+    """One article per file, bert_pretraining's tasks as its DAG runs them: article-00's one document is drawn into
+    the held-out side (default holdout_fraction 0.1). Its make_shards task failed the run ("every document of
+    .../article-00.txt was held out; lower --holdout-fraction", a flag the DAG has not); now that file gives no
+    training shards, recorded as such, validate_shards passes it and the run trains on the other files (which hold
+    out nothing: the symmetric case). Only an empty side of the whole corpus is an error, naming the Param and the
+    files."""
+    from bert_core.data.instances import is_heldout
+    from bert_core.data.make_shards import iter_documents
+    from tests.corpus_text import documents
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for i, doc in enumerate(documents(6, seed=7, min_sentences=4, max_sentences=8)):
+        (raw / f"article-{i:02d}.txt").write_text("\n".join(doc) + "\n")
+    defaults = {name: param.value for name, param in bert_pretraining.PARAMS.items()}
+    plan = plan_pretraining.plan({**defaults, "work_dir": str(tmp_path / "w"), "inputs": [str(raw)],
+                                  "model": "bert_2_64_2", "num_workers": 1, "num_steps": 2, "batch_size": 4},
+                                 "r1", bert_pretraining.SHARD_SETTINGS, bert_pretraining.PRETRAIN_SETTINGS)
+    phase, = plan.phases
+    assert phase.shards["holdout_fraction"] == 0.1
+    files = ops.segmented_files(ops.segment(plan.inputs, plan.segmented))
+    held = [f for f in files if all(is_heldout(d, 0.1) for d in iter_documents(Path(f), f))]
+    assert len(files) == 6 and [Path(f).name for f in held] == ["article-00.txt"]
+
+    ops.make_shards(files, phase.heldout_dir, plan.vocab, phase.shards, split="heldout")
+    validated = [ops.validate_shards(ops.make_shards(f, phase.shard_dir(f), plan.vocab, phase.shards, split="train"))
+                 for f in files]
+    assert [v["instances"] == 0 for v in validated] == [f in held for f in files]
+    empty = manifest.read(phase.shard_dir(held[0]))
+    assert empty["shards"] == [] and empty["totals"]["instances"] == 0
+    assert empty["totals"]["other_side_documents"] == 1 and "on the train side" in empty["empty_side"]
+    result = ops.pretrain_phases(plan, files)
+    assert result["steps"] == 2 and result["phases"][0]["files_all_held_out"] == held
+
+    # The whole corpus's sides, in the DAG's terms: no held-out document, or nothing left to train on.
+    names = r"article-00\.txt, article-01\.txt, .*, \.\.\. \(6 files\)"
+    with pytest.raises(BertPipelineError, match=rf"holdout_fraction 0\.001 held out none of the 6 document\(s\) of "
+                                                rf"the input file\(s\) {names}: .* raise the Param holdout_fraction"):
+        ops.make_shards(files, str(tmp_path / "h1"), plan.vocab, {**phase.shards, "holdout_fraction": 0.001},
+                        split="heldout")
+    greedy = dataclasses.replace(phase, shards={**phase.shards, "holdout_fraction": 0.999},
+                                 shards_dir=str(tmp_path / "all-held"))
+    with pytest.raises(BertPipelineError, match=rf"holdout_fraction 0\.999 held out every one of the 6 document\(s\) "
+                                                rf"of the input file\(s\) {names}: none is left to train on; lower the "
+                                                "Param holdout_fraction"):
+        ops.make_shards(files, str(tmp_path / "h2"), plan.vocab, greedy.shards, split="heldout")
+    for f in files:  # each file's own training task passes; pretraining then has nothing to train on
+        ops.make_shards(f, greedy.shard_dir(f), plan.vocab, greedy.shards, split="train")
+    with pytest.raises(BertPipelineError, match=rf"holdout_fraction 0\.999 held out every document of the input "
+                                                rf"file\(s\) {names}: none is left to train on"):
+        ops.pretrain_phases(dataclasses.replace(plan, phases=[greedy]), files)

@@ -443,3 +443,38 @@ def test_json_and_binary_inputs_are_clear_errors(tmp_path):
                                                 r"--on-decode-error replace` on the raw text to drop such bytes"):
         sharding.make_shards([str(blob)], str(tmp_path / "o2"), VOCAB, SMALL)
     assert not (tmp_path / "o").exists() and not (tmp_path / "o2").exists()
+
+
+def test_one_side_with_no_document_is_an_empty_output_when_asked(tmp_path):
+    """A one-document file whose document is held out: its training side alone is an error (the CLI user's own
+    --holdout-fraction); with empty_side_ok (a DAG making one file's training side at a time) it is an output
+    with no shard whose manifest records why, a no-op when made again, and validate-shards accepts it."""
+    from bert_core.data.validate_shards import validate_shards
+
+    docs = [d for d in documents(100, seed=5, min_sentences=3) if is_heldout(d, 0.1)]
+    assert docs
+    one = write_segmented(tmp_path / "one.txt", docs[:1])
+    config = ShardConfig(**{**SMALL.__dict__, "holdout_fraction": 0.1, "split": "train"})
+    with pytest.raises(BertPipelineError, match=r"every document of .*one\.txt was held out; lower --holdout-fraction"):
+        sharding.make_split_shards([str(one)], str(tmp_path / "cli"), VOCAB, config, str(tmp_path / "cli-h"))
+    assert not (tmp_path / "cli").exists()
+    made = sharding.make_shards([str(one)], str(tmp_path / "train"), VOCAB, config, empty_side_ok=True)
+    assert made["shards"] == [] and made["outputs"] == [] and shards.list_shards(tmp_path / "train") == []
+    assert made["totals"]["instances"] == 0 and made["totals"]["other_side_documents"] == 1
+    assert made["empty_side"] == ("none of the 1 document(s) of the inputs is on the train side of the held-out "
+                                  "split (holdout_fraction 0.1): no shard")
+    assert manifest.read(tmp_path / "train") == made
+    again = sharding.make_shards([str(one)], str(tmp_path / "train"), VOCAB, config, empty_side_ok=True)
+    assert again == made  # up to date: nothing made again
+    checked = validate_shards(str(tmp_path / "train"))
+    assert checked["success"] and checked["shards"] == 0 and checked["statistics"] == {"instances": 0}
+    assert checked["empty_side"] == made["empty_side"]
+    # The held-out side of it is the file's document, as without the option.
+    held = sharding.make_shards([str(one)], str(tmp_path / "held"), VOCAB, sharding.heldout_config(config),
+                                empty_side_ok=True)
+    assert held["totals"]["documents"] == 1 and held["totals"]["instances"] > 0 and "empty_side" not in held
+    # Inputs with no document at all are still an error: there is no side to be empty.
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(BertPipelineError, match="no instances: the inputs .* hold no text"):
+        sharding.make_shards([str(tmp_path / "empty.txt")], str(tmp_path / "none"), VOCAB, config,
+                             empty_side_ok=True)

@@ -137,3 +137,24 @@ def test_cli_exit_codes(clean, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "expect_column_values_to_be_in_set on cls_ok [[CLS] at position 0] failed in part-00001.npz" in err
     assert main(["validate-shards", str(tmp_path / "nowhere")]) == 2
+
+
+def test_no_shard_passes_only_when_the_manifest_records_an_empty_side(tmp_path):
+    """A make-shards output without shards is valid only when its manifest says that none of the inputs'
+    documents was on its side of the held-out split (make_shards' empty_side_ok); a manifest that lists no
+    shard without saying so, or that lists shards that are gone, still fails."""
+    from bert_core.data.instances import is_heldout
+
+    held = [d for d in documents(100, seed=5, min_sentences=3) if is_heldout(d, 0.1)][:1]
+    assert held
+    write_segmented(tmp_path / "one.txt", held)
+    config = ShardConfig(max_seq_length=64, max_predictions_per_seq=10, holdout_fraction=0.1, split="train")
+    make_shards([str(tmp_path / "one.txt")], str(tmp_path / "out"), VOCAB, config, empty_side_ok=True)
+    result = validate_shards(str(tmp_path / "out"))
+    assert result["success"] and result["shards"] == 0 and result["failed"] == []
+    assert json.loads((tmp_path / "out" / "validation.json").read_text())["success"]
+    recorded = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    del recorded["empty_side"]
+    (tmp_path / "out" / "manifest.json").write_text(json.dumps(recorded))
+    result = validate_shards(str(tmp_path / "out"))
+    assert not result["success"] and [f["expectation"] for f in result["failed"]] == ["shards present"]
