@@ -86,9 +86,14 @@ def bert_demo():
         return ops.validate_shards(shards)
 
     @bert_task
-    def pretrain(validated: dict, heldout: str, plan: dict) -> dict:
+    def validate_heldout_shards(shards: str) -> dict:
+        # The held-out shards decide the promotion gate: they are checked as the training shards are.
+        return ops.validate_shards(shards)
+
+    @bert_task
+    def pretrain(validated: dict, heldout: dict, plan: dict) -> dict:
         return ops.pretrain(validated["shards_dir"], plan["pretrained"], plan["pretrain"], vocab=plan["vocab"],
-                            data_eval=heldout)
+                            data_eval=heldout["shards_dir"])
 
     @bert_task
     def finetune(task_name: str, plan: dict) -> dict:
@@ -112,7 +117,7 @@ def bert_demo():
     shards = make_shards(segmented, p)
     heldout = make_heldout_shards(segmented, p)
     pretrained = register_and_promote.override(task_id="register_and_promote_pretrained")(
-        pretrain(validate_shards(shards), heldout, p), p)
+        pretrain(validate_shards(shards), validate_heldout_shards(heldout), p), p)
     sst2 = finetune.override(task_id="finetune_sst2")("sst-2", p)
     squad = finetune.override(task_id="finetune_squad")("squad", p)
     promoted = [

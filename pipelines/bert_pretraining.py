@@ -96,7 +96,12 @@ def bert_pretraining():
         return ops.validate_shards(shards)
 
     @bert_task
-    def pretrain(validated: list[dict], heldout: list[str], segmented_files: list[str], plan: dict) -> dict:
+    def validate_heldout_shards(shards: str) -> dict:
+        # The held-out shards decide the promotion gate: they are checked as the training shards are.
+        return ops.validate_shards(shards)
+
+    @bert_task
+    def pretrain(validated: list[dict], heldout: list[dict], segmented_files: list[str], plan: dict) -> dict:
         # The phases run in order inside this one task: each needs the previous one's weights.
         return ops.pretrain_phases(PretrainingPlan.from_json(plan), list(segmented_files))
 
@@ -109,7 +114,8 @@ def bert_pretraining():
     segmented = segment(p)
     shards = make_shards.partial(plan=p).expand(segmented_file=segmented, phase=planned_phases)
     heldout = make_heldout_shards.partial(segmented_files=segmented, plan=p).expand(phase=planned_phases)
-    pretrained = pretrain(validate_shards.expand(shards=shards), heldout, segmented, p)
+    pretrained = pretrain(validate_shards.expand(shards=shards), validate_heldout_shards.expand(shards=heldout),
+                          segmented, p)
     register_and_promote(pretrained, p)
     report_task.at_the_end()
 

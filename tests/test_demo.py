@@ -97,8 +97,8 @@ def test_demo_end_to_end_on_s3(demo_env, tmp_path, monkeypatch, minilm_dir):
     assert len(lines) <= 40, out
     assert not [line for line in lines if re.search(r"warn", line, re.IGNORECASE)], out
     assert re.search(r"bert_demo finished in [0-9.]+ (s|min)", out) and "mlflow ui --backend-store-uri sqlite:///" in out
-    for task in ("plan", "segment", "make_shards", "make_heldout_shards", "validate_shards", "pretrain",
-                 "register_and_promote_pretrained", "finetune_sst2", "evaluate_squad", "summary"):
+    for task in ("plan", "segment", "make_shards", "make_heldout_shards", "validate_shards", "validate_heldout_shards",
+                 "pretrain", "register_and_promote_pretrained", "finetune_sst2", "evaluate_squad", "summary"):
         assert any(line.startswith(f" ✓ {task} ") for line in lines), (task, out)
     assert re.search(r"✓ pretrain .* 8 steps; held-out masked-LM 0\.\d+ \(chance 0\.\d+\)", out), out
     # 8 steps leave the tiny BERT at chance: the summary says so in words, beside the registry's refusal.

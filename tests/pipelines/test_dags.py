@@ -56,14 +56,14 @@ def test_demo_dag_shape(dagbag):
     dag = dagbag.dags["bert_demo"]
     assert dag.schedule is None or str(dag.timetable.summary) in ("None", "Never")
     assert {t.task_id for t in dag.tasks} == {
-        "plan", "segment", "make_shards", "make_heldout_shards", "validate_shards", "pretrain",
-        "register_and_promote_pretrained",
+        "plan", "segment", "make_shards", "make_heldout_shards", "validate_shards", "validate_heldout_shards",
+        "pretrain", "register_and_promote_pretrained",
         "finetune_sst2", "finetune_squad", "evaluate_sst2", "evaluate_squad", "register_and_promote_sst2",
         "register_and_promote_squad", "summary", "report",
     }
     chain = [("segment", "make_shards"), ("make_shards", "validate_shards"), ("validate_shards", "pretrain"),
-             ("segment", "make_heldout_shards"), ("make_heldout_shards", "pretrain"),
-             ("pretrain", "register_and_promote_pretrained"), ("register_and_promote_pretrained", "summary")]
+             ("segment", "make_heldout_shards"), ("make_heldout_shards", "validate_heldout_shards"),
+             ("validate_heldout_shards", "pretrain"), ("pretrain", "register_and_promote_pretrained"), ("register_and_promote_pretrained", "summary")]
     for name in ("sst2", "squad"):
         chain += [(f"finetune_{name}", f"evaluate_{name}"),
                   (f"evaluate_{name}", f"register_and_promote_{name}"), (f"register_and_promote_{name}", "summary")]
@@ -126,13 +126,15 @@ def test_finetune_dag_maps_over_tasks(dagbag):
 def test_pretraining_dag_maps_make_shards_over_input_files_and_phases(dagbag):
     dag = dagbag.dags["bert_pretraining"]
     chain = {("segment", "make_shards"), ("make_shards", "validate_shards"), ("validate_shards", "pretrain"),
-             ("segment", "make_heldout_shards"), ("make_heldout_shards", "pretrain"),
+             ("segment", "make_heldout_shards"), ("make_heldout_shards", "validate_heldout_shards"),
+             ("validate_heldout_shards", "pretrain"),
              ("pretrain", "register_and_promote"), ("phases", "make_shards"), ("phases", "make_heldout_shards"),
              ("segment", "pretrain")}
     edges = _edges(dag)
     _ends_with_the_report(dag, "register_and_promote")
     assert chain <= edges and {e for e in edges if e[0] != "plan"} == chain
-    assert {t.task_id for t in dag.tasks if t.is_mapped} == {"make_shards", "make_heldout_shards", "validate_shards"}
+    assert {t.task_id for t in dag.tasks if t.is_mapped} == {"make_shards", "make_heldout_shards", "validate_shards",
+                                                             "validate_heldout_shards"}
     assert dag.params["phases"] == []  # one phase unless the conf lists them
     # One source for the training defaults: the DAG leaves the learning rate to the library's rule.
     assert dag.params["lr"] is None
@@ -218,8 +220,8 @@ def test_later_tasks_run_the_plan_they_are_given(dagbag, tmp_path, monkeypatch):
     plan["pretrain"]["num_steps"] = 11
     _callable(dag, "finetune_squad")("squad", plan)
     assert calls["finetune"][-1][0][4]["epochs"] == 7
-    _callable(dag, "pretrain")({"shards_dir": "/s"}, "/h", plan)
-    assert calls["pretrain"][-1][0][2]["num_steps"] == 11
+    _callable(dag, "pretrain")({"shards_dir": "/s"}, {"shards_dir": "/h"}, plan)
+    assert calls["pretrain"][-1][0][2]["num_steps"] == 11 and calls["pretrain"][-1][1]["data_eval"] == "/h"
 
 
 def test_nightly_dag_is_scheduled_daily_and_maps_over_models(dagbag):
