@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from bert_pipeline.commands.config_flags import add_config_arguments, config_from_args
 
@@ -17,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serving = parser.add_argument_group("serving the export from the registry")
     serving.add_argument("--register", metavar="NAME",
                          help="log the fine-tuned --model with this export as an MLflow model that runs the graph on "
-                              "ONNX Runtime, and register it as a new version of NAME (e.g. bert-sst-2); its metric "
+                              "ONNX Runtime, and register it as a new version of NAME (its task's, e.g. bert-sst-2, or a "
+                              "name of no task; another task's name is refused); its metric "
                               "tags are the --eval-data evaluation's, else the fine-tuning run's dev metrics. Needs an "
                               "fp32 ONNX export of a model fine-tuned by bert-pipeline (its task.json), best with "
                               "--dynamic-batch --dynamic-seq")
@@ -27,8 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               f"if that is more than {INT8_MAX_DROP_POINTS:g} point below the fp32 graph's on the "
                               "task's main metric")
     serving.add_argument("--promote", action="store_true",
-                         help="with --register: promote the new version to `champion` behind the usual gates, "
-                              "including the check that the served graph answers the model's scored dev examples "
+                         help="with --register: promote the new version to `champion` behind the usual gates (its "
+                              "task's gate metrics above chance on the dev file they were scored on, and no worse "
+                              "than the champion's on the same file), including the check that the served graph answers the model's scored dev examples "
                               "as they were scored")
 
 
@@ -46,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     if args.register and (cfg.format != "onnx" or cfg.model is None):
         raise BertPipelineError("--register serves an ONNX export of a fine-tuned model: give --model and "
                                 "--format onnx")
+    if args.register:
+        _registered_card(cfg, args.register)
     result = export(cfg)
     metrics = result.get("metrics", {})
     report = {"output": args.output, "files": [o["path"] for o in result["outputs"]],
@@ -63,19 +68,13 @@ def run(args: argparse.Namespace) -> int:
 def _register(cfg, result: dict, name: str, promote: bool, int8: bool = False) -> dict:
     """Register the export as a served version of `name`; its metrics: the export's evaluation (of the INT8
     graph when it serves that), else the dev metrics in the fine-tuning output's manifest (the model dir's
-    parent)."""
-    from pathlib import Path
-
+    parent). Promotion gates it as any version of its task: the task's gate metrics, chance level on the dev
+    file the metrics were scored on, and that file's sha256 (only metrics of one dev file are compared)."""
     from bert_core.errors import BertPipelineError
-    from bert_core.finetune import task_card
     from bert_core.io import manifest
-    from bert_core.model.weights import resolve_model_dir
     from operators import registry
 
-    model_dir = resolve_model_dir(cfg.model)
-    if task_card.read_card(model_dir) is None:
-        raise BertPipelineError(f"{cfg.model}: no task.json: --register needs a model fine-tuned by bert-pipeline "
-                                "(the card says how to read and answer requests)")
+    model_dir, card = _registered_card(cfg, name)
     if int8:
         from bert_core.deploy.int8_gate import servable_int8_evaluation
 
@@ -93,8 +92,70 @@ def _register(cfg, result: dict, name: str, promote: bool, int8: bool = False) -
         except (FileNotFoundError, BertPipelineError):
             raise BertPipelineError(f"{cfg.model}: no metrics to register it with: pass --eval-data (and "
                                     "--eval-task) or export from a fine-tuning output's model/") from None
+    chance, dev_sha256 = _dev_file_facts(cfg, card.task, Path(model_dir).parent, required=promote)
+    tags = {"metrics_from": source, "export": str(cfg.output)}
+    if dev_sha256:
+        tags[registry.DEV_DATA_TAG] = dev_sha256
     registered = registry.register_model_dir(model_dir, name, metrics, export_dir=cfg.output, quantized=int8,
-                                             tags={"metrics_from": source, "export": str(cfg.output)})
+                                             tags=tags)
     if promote:
-        return registry.promote(name, registered["version"])
+        gates = registry.default_gates(registry.model_name(card.task), registered["metrics"])
+        return registry.promote(name, registered["version"], gates=gates, chance=chance)
     return registered
+
+
+def _registered_card(cfg, name: str):
+    """(model dir, task card) of the model to register as `name`. It is registered under its own task's name
+    (bert-<task>) or a name of no task: under another task's name it would be compared with, and could replace,
+    that task's champion. Checked before the export is written, and again before anything is logged."""
+    from bert_core.errors import BertPipelineError
+    from bert_core.finetune import task_card
+    from bert_core.model.weights import resolve_model_dir
+    from operators import registry
+
+    model_dir = resolve_model_dir(cfg.model)
+    card = task_card.read_card(model_dir)
+    if card is None:
+        raise BertPipelineError(f"{cfg.model}: no task.json: --register needs a model fine-tuned by bert-pipeline "
+                                "(the card says how to read and answer requests)")
+    task, own = card.task, registry.model_name(card.task)
+    if name == own:
+        return model_dir, card
+    if name == registry.PRETRAINED:
+        named = "pretrained encoders"
+    else:
+        from bert_core.tasks import catalog
+
+        try:
+            named_task = catalog.get(name.removeprefix("bert-")).name
+        except BertPipelineError:
+            return model_dir, card
+        if named_task == task:
+            return model_dir, card
+        named = f"task {named_task}"
+    raise BertPipelineError(f"--register {name}: that is the registry's name for {named}, but this model was "
+                            f"fine-tuned for {task} (its task.json); register it as {own}; nothing was registered")
+
+
+def _dev_file_facts(cfg, task: str, finetuned: Path, required: bool) -> tuple[dict[str, float] | None, str | None]:
+    """(chance metrics, sha256) of the dev file the registered metrics were scored on: --eval-data, else the
+    first file the fine-tuning run scored (its scored.json, in its data dir). `required` (promotion): an error
+    when that file cannot be read, since a first version would otherwise be promoted with no chance bar."""
+    from bert_core.errors import BertPipelineError
+    from bert_core.finetune.step import SCORED
+    from bert_core.io import manifest, storage
+    from bert_core.metrics.scoring import chance_metrics
+
+    if cfg.eval_data is not None:
+        return chance_metrics(cfg.eval_task or task, cfg.eval_data), manifest.sha256_file(cfg.eval_data)
+    try:
+        scored = json.loads((finetuned / SCORED).read_text())[0]
+        data_dir = manifest.read(finetuned)["config"]["data_dir"]
+        gold = storage.local_dir(data_dir) / scored["gold_file"]
+        return chance_metrics(task, gold, language=scored["language"]), manifest.sha256_file(gold)
+    except (OSError, KeyError, IndexError, ValueError, BertPipelineError) as exc:
+        if required:
+            raise BertPipelineError(f"--promote: the dev file that {finetuned}'s metrics were scored on cannot be "
+                                    f"read ({exc}), so chance level on it is unknown: pass --eval-data (and "
+                                    "--eval-task); nothing was registered") from None
+        return None, None
