@@ -242,9 +242,8 @@ def evaluate(finetuned: dict[str, Any], output: str) -> dict[str, Any]:
     directory or s3:// prefix, written atomically); returns `finetuned` with these metrics."""
     import tempfile
 
-    from bert_core.finetune.step import SCORED, score_output
+    from bert_core.finetune.step import SCORED, chance_of_output, score_output
     from bert_core.io import manifest, storage
-    from bert_core.metrics.scoring import chance_metrics
     from bert_core.tasks import catalog as tasks
 
     started = manifest.now()
@@ -259,17 +258,27 @@ def evaluate(finetuned: dict[str, Any], output: str) -> dict[str, Any]:
             for name in files:
                 storage.download_file(storage.join(source, name), pred_dir / name)
         metrics = score_output(pred_dir, gold_dir, task.name)
-        # What ignoring the input scores on the same dev file: promotion's bar for a first model (registry.decide).
-        chance = chance_metrics(task.name, gold_dir / scored[0]["gold_file"], language=scored[0]["language"])
+        chance, dev_sha256 = chance_of_output(scored, gold_dir, task.name)
         inputs = {storage.join(source, name): manifest.sha256_file(pred_dir / name) for name in files}
         inputs.update({str(gold_dir / e["gold_file"]): manifest.sha256_file(gold_dir / e["gold_file"]) for e in scored})
     with storage.atomic_output_dir(output, overwrite=True) as out:
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         manifest.write(manifest.build("evaluate", {"task": task.name}, inputs, out, ["metrics.json"], started,
                                       metrics=metrics), out)
-    # The dev file the gates read, so that promotion compares only metrics of one dev file (registry.DEV_DATA_TAG).
-    dev_sha256 = inputs[str(gold_dir / scored[0]["gold_file"])]
     return {**finetuned, "metrics": metrics, "chance": chance, "dev_sha256": dev_sha256, "evaluation": output}
+
+
+def _dev_file_bar(finetuned: dict[str, Any]) -> dict[str, Any]:
+    """`chance` and `dev_sha256` of a fine-tuning output, as evaluate() adds them: without them a first version
+    at chance would be promoted."""
+    from bert_core.finetune.step import SCORED, chance_of_output
+    from bert_core.io import storage
+    from bert_core.tasks import catalog as tasks
+
+    scored = json.loads(storage.read_text(storage.join(finetuned["output"], SCORED)))
+    chance, dev_sha256 = chance_of_output(scored, storage.local_dir(finetuned["data_dir"]),
+                                          tasks.get(finetuned["task"]).name)
+    return {"chance": chance, "dev_sha256": dev_sha256}
 
 
 def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool = True,
@@ -280,6 +289,8 @@ def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool
     from operators import registry
 
     name = registry.model_name(trained.get("task"))
+    if name != registry.PRETRAINED and "chance" not in trained:  # a finetune() result not passed through evaluate()
+        trained = {**trained, **_dev_file_bar(trained)}
     tags = {"output": trained["output"]}
     for key in ("metrics_on", "learning_check", registry.DEV_DATA_TAG):
         if trained.get(key):

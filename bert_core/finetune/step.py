@@ -44,7 +44,7 @@ from bert_core.finetune.config import FinetuneConfig
 from bert_core.finetune.tasks.adapters import ADAPTERS, Adapter, EvalSet
 from bert_core.io import manifest, storage
 from bert_core.io.tracking import NullTracker, Tracker, standard_tags
-from bert_core.metrics.scoring import score_predictions
+from bert_core.metrics.scoring import chance_metrics, score_predictions
 from bert_core.model.tokenization import BertTokenizer
 from bert_core.model.weights import resolve_model_dir, save_state_dict
 from bert_core.tasks import catalog
@@ -220,6 +220,14 @@ def score_output(pred_dir: Path, gold_dir: Path, task: str) -> dict[str, float]:
                         language=entry["language"])
         metrics.update(_prefixed(entry["split"], i == 0, scores))
     return metrics
+
+
+def chance_of_output(scored: list[dict[str, Any]], gold_dir: Path, task: str) -> tuple[dict[str, float], str]:
+    """(chance metrics, sha256) of the dev file an output's metrics keep the official names of (the first entry
+    of its scored.json): what a model that ignores its input scores there, promotion's bar for a first version,
+    and which file that is, since promotion compares only metrics of one dev file."""
+    gold = gold_dir / scored[0]["gold_file"]
+    return chance_metrics(task, gold, language=scored[0]["language"]), manifest.sha256_file(gold)
 
 
 def _prefixed(name: str, first: bool, metrics: dict[str, float]) -> dict[str, float]:

@@ -142,17 +142,16 @@ def _dev_file_facts(cfg, task: str, finetuned: Path, required: bool) -> tuple[di
     first file the fine-tuning run scored (its scored.json, in its data dir). `required` (promotion): an error
     when that file cannot be read, since a first version would otherwise be promoted with no chance bar."""
     from bert_core.errors import BertPipelineError
-    from bert_core.finetune.step import SCORED
+    from bert_core.finetune.step import SCORED, chance_of_output
     from bert_core.io import manifest, storage
     from bert_core.metrics.scoring import chance_metrics
 
     if cfg.eval_data is not None:
         return chance_metrics(cfg.eval_task or task, cfg.eval_data), manifest.sha256_file(cfg.eval_data)
     try:
-        scored = json.loads((finetuned / SCORED).read_text())[0]
+        scored = json.loads((finetuned / SCORED).read_text())
         data_dir = manifest.read(finetuned)["config"]["data_dir"]
-        gold = storage.local_dir(data_dir) / scored["gold_file"]
-        return chance_metrics(task, gold, language=scored["language"]), manifest.sha256_file(gold)
+        return chance_of_output(scored, storage.local_dir(data_dir), task)
     except (OSError, KeyError, IndexError, ValueError, BertPipelineError) as exc:
         if required:
             raise BertPipelineError(f"--promote: the dev file that {finetuned}'s metrics were scored on cannot be "

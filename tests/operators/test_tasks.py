@@ -78,6 +78,12 @@ def test_single_worker_pretrain_and_rerun_finetune_register(tmp_path, monkeypatc
                for r in runs]
     assert [r["candidate"] for r in reports] == ["1", "2"]
     assert reports[1]["champion_before"] == "1" or not reports[0]["promoted"]
+    # A finetune() result registered without evaluate() (the Python API) meets the same chance bar and dev file tag.
+    evaluated = ops.evaluate(runs[0], str(tmp_path / "eval"))
+    direct = ops.register_and_promote(runs[0], str(tmp_path / "reg"))
+    assert direct["chance"] == evaluated["chance"] and evaluated["chance"]["accuracy"] > 0.4
+    assert registry._client(None).get_model_version("bert-sst-2", direct["candidate"]).tags[
+        registry.DEV_DATA_TAG] == evaluated["dev_sha256"]
     assert not (tmp_path / "mlruns").exists()
     assert registry.model_name("sst-2") == reports[0]["name"]
 
