@@ -33,6 +33,7 @@ LOWER_IS_BETTER = frozenset({"loss", "mlm_loss", "nsp_loss"})
 DEFAULT_GATES: dict[str, tuple[str, ...]] = {
     PRETRAINED: ("mlm_accuracy",),
     "bert-squad": ("f1", "exact_match"),
+    "bert-squad2": ("f1", "exact"),  # SQuAD 2.0's official scorer says "exact" where v1.1's says "exact_match"
     "bert-sts-b": ("pearson", "spearman"),
     "bert-mrpc": ("f1", "accuracy"),
 }
@@ -45,25 +46,30 @@ PRETRAINED_MIN_LIFT = 0.05
 DEFAULT_FLOORS: dict[str, dict[str, float]] = {
     "bert-sst-2": {"accuracy": 0.5},
     "bert-squad": {"f1": 0.0},
+    "bert-squad2": {"f1": 0.0},
     PRETRAINED: {"mlm_accuracy_over_chance": PRETRAINED_MIN_LIFT},
 }
 
 
 # The sha256 of the dev file a version's metrics were scored on (the evaluate step's gold file): metrics of two
-# dev files (SQuAD 1.1 and 2.0 under one bert-squad, or a changed dev set) cannot be compared.
+# dev files (a changed dev set, or SQuAD 1.1 and 2.0 under one bert-squad in a registry older than bert-squad2)
+# cannot be compared.
 DEV_DATA_TAG = "dev_sha256"
 
 
-def model_name(task: str | None) -> str:
-    """`bert-<task>` (lower-case, canonical task name) or `bert-pretrained` for None / "pretrained"."""
+def model_name(task: str | None, version_2: bool = False) -> str:
+    """`bert-<task>` (lower-case, canonical task name) or `bert-pretrained` for None / "pretrained". A SQuAD 2.0
+    model (`version_2`) is `bert-squad2`: its metrics, on another dev file with unanswerable questions, cannot be
+    compared with a SQuAD 1.1 model's, so each version has its own champion."""
     if task is None or task.lower() in ("pretrained", "pretrain", PRETRAINED):
         return PRETRAINED
     from bert_core.tasks import catalog as tasks
 
-    return f"bert-{tasks.get(task).name}"
+    name = tasks.get(task).name
+    return "bert-squad2" if name == "squad" and version_2 else f"bert-{name}"
 
 
-# SQuAD 2.0's official scorer names exact match "exact" where v1.1's says "exact_match"; bert-squad holds either.
+# A registry made before bert-squad2 existed may hold SQuAD 2.0 versions under bert-squad: gated on 2.0's names.
 SQUAD_V2_NAMES = {"exact_match": "exact"}
 
 

@@ -200,7 +200,7 @@ def finetune(task: str, data_dir: str, model: str, output: str, settings: dict[s
         raise
     tracker.end()
     return {"task": name, "data_dir": data_dir, "output": output, "metrics": result["metrics"],
-            "mlflow_run_id": tracker.run_id}
+            "mlflow_run_id": tracker.run_id, "version_2": bool(config.version_2)}
 
 
 def _search(config, grid: dict[str, list[Any]], max_concurrent: int) -> dict[str, Any]:
@@ -233,7 +233,7 @@ def _search(config, grid: dict[str, list[Any]], max_concurrent: int) -> dict[str
     log.info("search on %s: best %s (%s=%.4f); %s over %d trials: %s", config.task, best.name, metric,
              best.metrics[metric], metric, len(trials), spread)
     return {"task": config.task, "data_dir": config.data_dir, "output": best.output, "metrics": best.metrics,
-            "mlflow_run_id": best.mlflow_run_id, "search": report}
+            "mlflow_run_id": best.mlflow_run_id, "version_2": bool(config.version_2), "search": report}
 
 
 def evaluate(finetuned: dict[str, Any], output: str) -> dict[str, Any]:
@@ -283,12 +283,12 @@ def _dev_file_bar(finetuned: dict[str, Any]) -> dict[str, Any]:
 
 def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool = True,
                          floors: dict[str, float] | None = None) -> dict[str, Any]:
-    """Register the run's logged model as a new version of bert-<task> (`trained["task"]`; bert-pretrained
-    when it has none) and, when asked, promote it behind the metric gates. Returns the promotion report
+    """Register the run's logged model as a new version of bert-<task> (`trained["task"]`; bert-squad2 for a
+    SQuAD 2.0 model, `trained["version_2"]`; bert-pretrained when it has none) and, when asked, promote it behind the metric gates. Returns the promotion report
     (or the registration)."""
     from operators import registry
 
-    name = registry.model_name(trained.get("task"))
+    name = registry.model_name(trained.get("task"), bool(trained.get("version_2")))
     if name != registry.PRETRAINED and "chance" not in trained:  # a finetune() result not passed through evaluate()
         trained = {**trained, **_dev_file_bar(trained)}
     tags = {"output": trained["output"]}

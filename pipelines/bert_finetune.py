@@ -96,7 +96,8 @@ def bert_finetune():
         # list (apache/airflow#69036): a run of one task.
         results = [results] if isinstance(results, dict) else list(results)
         return ops.summarize(results, f"{specs[0]['registry']}/summary.json",
-                             [registry.model_name(spec["task"]) for spec in specs])
+                             [registry.model_name(spec["task"], bool(spec["settings"].get("version_2")))
+                              for spec in specs])
 
     # Each task's chain on its own: in a mapped task group, evaluate[i] waits for finetune[i] only, so one task
     # that fails leaves the others to be evaluated, registered and promoted. (Mapping evaluate over finetune's

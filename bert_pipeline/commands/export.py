@@ -99,18 +99,20 @@ def _register(cfg, result: dict, name: str, promote: bool, int8: bool = False) -
     registered = registry.register_model_dir(model_dir, name, metrics, export_dir=cfg.output, quantized=int8,
                                              tags=tags)
     if promote:
-        gates = registry.default_gates(registry.model_name(card.task), registered["metrics"])
+        gates = registry.default_gates(_own_name(card), registered["metrics"])
         return registry.promote(name, registered["version"], gates=gates, chance=chance)
     return registered
 
 
 def _registered_card(cfg, name: str):
-    """(model dir, task card) of the model to register as `name`. It is registered under its own task's name
-    (bert-<task>) or a name of no task: under another task's name it would be compared with, and could replace,
-    that task's champion. Checked before the export is written, and again before anything is logged."""
+    """(model dir, task card) of the model to register as `name`. It is registered under its own name
+    (registry.model_name: bert-<task>, bert-squad2 for SQuAD 2.0) or a name the registry gives no model: under
+    another model's name it would be compared with, and could replace, that model's champion. Checked before the
+    export is written, and again before anything is logged."""
     from bert_core.errors import BertPipelineError
     from bert_core.finetune import task_card
     from bert_core.model.weights import resolve_model_dir
+    from bert_core.tasks import catalog
     from operators import registry
 
     model_dir = resolve_model_dir(cfg.model)
@@ -118,23 +120,25 @@ def _registered_card(cfg, name: str):
     if card is None:
         raise BertPipelineError(f"{cfg.model}: no task.json: --register needs a model fine-tuned by bert-pipeline "
                                 "(the card says how to read and answer requests)")
-    task, own = card.task, registry.model_name(card.task)
-    if name == own:
-        return model_dir, card
-    if name == registry.PRETRAINED:
-        named = "pretrained encoders"
-    else:
-        from bert_core.tasks import catalog
+    own = _own_name(card)
+    try:
+        named = catalog.get(name.removeprefix("bert-")).name
+    except BertPipelineError:
+        named = None
+    # The names the registry itself gives (registry.model_name): only the model's own is accepted.
+    registry_names = {registry.PRETRAINED, *([registry.model_name(named, v) for v in (False, True)] if named else [])}
+    if name != own and name in registry_names:
+        raise BertPipelineError(f"--register {name}: that is the registry's name for other models than this one, "
+                                f"fine-tuned for {card.task}{' 2.0' if own == 'bert-squad2' else ''} (its "
+                                f"task.json); register it as {own}; nothing was registered")
+    return model_dir, card
 
-        try:
-            named_task = catalog.get(name.removeprefix("bert-")).name
-        except BertPipelineError:
-            return model_dir, card
-        if named_task == task:
-            return model_dir, card
-        named = f"task {named_task}"
-    raise BertPipelineError(f"--register {name}: that is the registry's name for {named}, but this model was "
-                            f"fine-tuned for {task} (its task.json); register it as {own}; nothing was registered")
+
+def _own_name(card) -> str:
+    """The registry's name for the model of `card` (bert-<task>, bert-squad2 for a SQuAD 2.0 model)."""
+    from operators import registry
+
+    return registry.model_name(card.task, bool(card.squad.get("version_2")))
 
 
 def _dev_file_facts(cfg, task: str, finetuned: Path, required: bool) -> tuple[dict[str, float] | None, str | None]:

@@ -558,10 +558,10 @@ def _registered(records: dict[str, Any], task: str) -> bool:
     from operators.registry import model_name
 
     try:
-        name = model_name(task)
+        names = {model_name(task), model_name(task, version_2=True)}  # bert-squad or bert-squad2
     except BertPipelineError:  # a task this version's catalog does not know: its usual name
-        name = f"bert-{task}"
-    return any(d["name"] == name for d in records["registry"])
+        names = {f"bert-{task}"}
+    return any(d["name"] in names for d in records["registry"])
 
 
 # ---------------------------------------------------------------------------------------------- timeline

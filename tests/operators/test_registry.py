@@ -101,6 +101,9 @@ def test_lower_is_better_and_names(store):
                         name="bert-pretrained")
     assert not registry.promote("bert-pretrained", higher_loss, gates=["loss"])["promoted"]
     assert registry.model_name("SST-2") == "bert-sst-2" and registry.model_name(None) == "bert-pretrained"
+    # Each SQuAD version has its own model (and champion): their dev files and metrics differ.
+    assert [registry.model_name("squad", v) for v in (False, True)] == ["bert-squad", "bert-squad2"]
+    assert registry.model_name("sst-2", version_2=True) == "bert-sst-2"
     assert registry.default_gates("bert-cola") == ("mcc",)
     assert registry.decide({"f1": 1.0}, None, ("f1",), {"f1": 1.0}) == (True, [])
 
@@ -143,11 +146,14 @@ def test_chance_levels_score_a_constant_answer():
 
 
 def test_squad_2_candidates_are_gated_on_its_scorer_s_names():
-    """SQuAD 2.0's official scorer calls exact match "exact" (v1.1: "exact_match"); bert-squad's gates follow the
-    candidate's version, so a 2.0 model is judged, not refused for a metric it cannot have. An all-unanswerable
-    model scores the share of unanswerable questions and is not promoted."""
+    """SQuAD 2.0's official scorer calls exact match "exact" (v1.1: "exact_match"); bert-squad2 is gated on it, and
+    so is a 2.0 version that a registry older than bert-squad2 holds under bert-squad, so a 2.0 model is judged,
+    not refused for a metric it cannot have. An all-unanswerable model scores the share of unanswerable questions
+    and is not promoted."""
     v1 = {"exact_match": 40.0, "f1": 50.0}
     v2 = {"exact": 55.0, "f1": 60.0, "HasAns_f1": 40.0, "NoAns_f1": 80.0}
+    assert registry.default_gates("bert-squad2") == registry.default_gates("bert-squad2", v2) == ("f1", "exact")
+    assert registry._chance_answer("bert-squad2") == registry._chance_answer("bert-squad")
     assert registry.default_gates("bert-squad", v1) == ("f1", "exact_match")
     assert registry.default_gates("bert-squad", v2) == ("f1", "exact")
     chance = {"exact": 50.0, "f1": 50.0}

@@ -120,6 +120,29 @@ def test_evaluate_rescores_every_file_finetuning_scored(tmp_path, monkeypatch):
     assert "dev_mismatched/accuracy" in manifest.read(tmp_path / "eval-mnli")["metrics"]
 
 
+def test_each_squad_version_is_registered_as_its_own_model(tmp_path, monkeypatch):
+    """A SQuAD 2.0 model is a version of bert-squad2, gated on 2.0's metric names; a 1.1 model one of bert-squad:
+    their dev files differ, so one model name could never move its champion from one version to the other."""
+    from tests.tiny_bert import write_tiny_bert
+    from tests.toy_tasks import write_squad
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    model = write_tiny_bert(tmp_path / "tiny")
+    names = {}
+    for version_2 in (False, True):
+        data = write_squad(tmp_path / f"squad-{version_2}", n_train=8, n_dev=4, version_2=version_2)
+        done = ops.finetune("squad", str(data), str(model), str(tmp_path / f"ft-{version_2}"),
+                            dict(epochs=1, batch_size=8, lr=1e-4, max_seq_length=64, doc_stride=32,
+                                 version_2=version_2))
+        assert done["version_2"] is version_2
+        report = ops.register_and_promote(ops.evaluate(done, str(tmp_path / f"eval-{version_2}")),
+                                          str(tmp_path / "reg"))
+        names[version_2] = (report["name"], report["gates"])
+    assert names == {False: ("bert-squad", ["f1", "exact_match"]), True: ("bert-squad2", ["f1", "exact"])}
+
+
 def test_finetune_settings_are_config_fields(tmp_path):
     """The task's settings are FinetuneConfig fields, named exactly: a misspelt one is an error naming it."""
     from bert_core.errors import BertPipelineError

@@ -373,8 +373,14 @@ def test_a_registered_export_is_promoted_only_above_chance_and_under_its_tasks_n
     assert not client.get_registered_model("bert-sst-2").aliases
 
     assert export(models["sst-2"], "bert-sts-b", "elsewhere") == 2
-    assert "the registry's name for task sts-b, but this model was fine-tuned for sst-2" in capsys.readouterr().err
+    assert ("--register bert-sts-b: that is the registry's name for other models than this one, fine-tuned for "
+            "sst-2 (its task.json); register it as bert-sst-2") in capsys.readouterr().err
     assert not client.search_model_versions("name='bert-sts-b'")
+    # A SQuAD 2.0 model belongs to bert-squad2, not to the SQuAD 1.1 models' bert-squad.
+    assert main(["export", "--task", "question_answering", "--model", str(models["squad"] / "model"), "--output",
+                 str(tmp_path / "squad"), "--register", "bert-squad"]) == 2
+    assert "fine-tuned for squad 2.0 (its task.json); register it as bert-squad2" in capsys.readouterr().err
+    assert not (tmp_path / "squad").exists()
 
     assert export(models["sst-2"], "sentiment-candidates", "own-name") == 0
     report = json.loads(capsys.readouterr().out.split("\n}\n")[0] + "\n}")["registry"]
