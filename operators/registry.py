@@ -1,6 +1,7 @@
 """MLflow model registry: register a logged model as a new version, and promote it behind metric gates.
 
-Registered models are `bert-pretrained` and `bert-<task>` (ARCHITECTURE §7). A version carries its
+Registered models are `bert-pretrained` and `bert-<task>` (ARCHITECTURE §7; SQuAD 2.0: `bert-squad2`,
+model_name). A version carries its
 metrics as tags (`metric.<name>`), so promotion compares recorded numbers, not whatever a run logged
 later. `promote` moves the alias `champion` to the candidate only when every gate metric is no worse
 than the current champion's and at or above the task's floor; the champion it replaces gets the
