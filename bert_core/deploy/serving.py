@@ -99,8 +99,11 @@ def _text(record: dict[str, Any], name: str, row: int, required: bool = True) ->
     value = record.get(name)
     if value is None or (isinstance(value, float) and math.isnan(value)):  # a DataFrame's missing cell
         if required:
-            raise InvalidRequest(f"field {name!r} is missing (fields: "
-                                 f"{', '.join(sorted(record)) or 'none'})", row=row)
+            # The fields the row has: a null or NaN value is no field (a DataFrame gives every row every column,
+            # NaN where a row had none: listing those said `field 'text' is missing (fields: text)`).
+            given = [k for k, v in record.items() if v is not None and not (isinstance(v, float) and math.isnan(v))]
+            raise InvalidRequest(f"field {name!r} is missing (fields: {', '.join(sorted(map(str, given))) or 'none'})",
+                                 row=row)
         return None
     if not isinstance(value, str):
         raise InvalidRequest(f"field {name!r} must be a string, got {type(value).__name__}", row=row)

@@ -18,31 +18,51 @@ import contextlib
 import dataclasses
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 from bert_pipeline.commands.config_flags import add_config_arguments
 
+EPILOG = """\
+requests and answers with --model (one JSON object per request; docs/serving.md):
+  GLUE / XNLI classification  {"text": ...} (pair tasks: and "text_pair")  -> {"label", "probabilities"}
+  STS-B                       {"text": ..., "text_pair": ...}              -> {"score"}
+  SQuAD                       {"question": ..., "context": ...}            -> {"answer", "start", "end", "score"}
+  NER                         {"text": ...}                                -> {"entities": [{"type", "text", "start", "end"}]}
+  pretrained encoder          {"text": ...}                                -> {"embedding"}
+The answers are those `mlflow models serve` gives for the same model. With --model, tokenization, truncation and
+SQuAD's windows follow the settings the model was fine-tuned and scored with (its task.json): the SQuAD flags
+apply to --export alone."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
     parser.add_argument("input", metavar="INPUT", help="with --model: requests as JSON Lines (one object per line) "
-                        "or a JSON list of objects; with --export only: a GLUE-style TSV (classification/"
-                        "regression) or SQuAD JSON (QA)")
+                        "or a JSON list of objects, UTF-8; '-' reads them from stdin; with --export only: a "
+                        "GLUE-style TSV (classification/regression) or SQuAD JSON (QA)")
     parser.add_argument("--model", metavar="DIR_OR_URI",
                         help="a fine-tuned model (finetune's output directory or its model/), a pretrained one "
                         "(answers sentence embeddings), or an MLflow model URI such as models:/bert-sst-2@champion")
     parser.add_argument("--export", metavar="DIR", help="directory written by `bert-pipeline export`: run its graph")
     parser.add_argument("--task", help="--export with a TSV: the GLUE/XNLI task name (e.g. MRPC, SST-2, STS-B, XNLI)")
     parser.add_argument("--output", required=True, metavar="PATH",
-                        help="--model: the JSON Lines file of answers, one per request, in order; --export only: "
-                        "GLUE's submission TSV, or the directory for SQuAD's predictions.json, "
+                        help="--model: the JSON Lines file of answers, one per request, in order ('-': stdout); "
+                        "--export only: GLUE's submission TSV, or the directory for SQuAD's predictions.json, "
                         "nbest_predictions.json (and null_odds.json with --version-2)")
     parser.add_argument("--batch-size", type=int, default=32, help="--model: requests per forward pass (default 32)")
-    parser.add_argument("--quantized", action="store_true", help="--export only: run the INT8 graph of the export")
+    parser.add_argument("--quantized", action="store_true",
+                        help="run the INT8 graph of the --export (alone, or under --model's tokenization)")
+    parser.add_argument("--tracking-uri", metavar="URI",
+                        help="--model models:/... or runs:/...: the MLflow store to load it from (default: "
+                        "$MLFLOW_TRACKING_URI, else the MLflow server of a stack up on $BERT_PIPELINE_HOME, else "
+                        "sqlite:///$BERT_PIPELINE_HOME/mlflow.db)")
     from bert_core.finetune.config import SquadOptions
 
-    # With --model, the SQuAD settings are the ones the model was fine-tuned and scored with (its task.json); with
-    # --export only, the export's record of them, and a flag given a value other than its default wins.
+    # With --model, the SQuAD settings are the ones the model was fine-tuned and scored with (its task.json): a flag
+    # is refused there (run() says so); with --export only, the export's record of them, and a flag given a value
+    # other than its default wins.
     # Only the flags given land in the namespace, so "--doc-stride 128" over an export recorded with 64 is told
     # apart from no flag at all (the export's record, else SquadOptions' defaults, fill the rest).
     add_config_arguments(parser, SquadOptions, given_only=True)
@@ -58,7 +78,17 @@ def read_numbered_requests(path: str) -> tuple[list[dict], list[str]]:
     JSON list), for the errors about a request: the model numbers its rows from 0, skipping blank lines."""
     from bert_core.errors import BertPipelineError
 
-    text = Path(path).read_text(encoding="utf-8")
+    data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    if path == "-":
+        path = "<stdin>"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # A traceback before; JSON text is UTF-8 (RFC 8259), as the server requires of a request.
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise BertPipelineError(f"{path}:{line}: not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start}): "
+                                "requests are JSON in UTF-8; convert the file, e.g. `iconv -f latin1 -t utf-8`") \
+            from None
     if text.lstrip().startswith("["):
         try:
             records = json.loads(text)
@@ -85,27 +115,52 @@ def read_numbered_requests(path: str) -> tuple[list[dict], list[str]]:
 
 
 @contextlib.contextmanager
-def _predictor(model: str, batch_size: int, export: str | None) -> Iterator:
+def _quiet_downloads() -> Iterator[None]:
+    """No MLflow download progress bar: `predict --model models:/...` printed a `Downloading artifacts: 100%|...`
+    bar of a dozen carriage-return frames to the terminal (or a log) before its one line."""
+    variable = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    before = os.environ.get(variable)
+    os.environ[variable] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = before
+
+
+@contextlib.contextmanager
+def _predictor(model: str, batch_size: int, export: str | None, quantized: bool = False,
+               tracking_uri: str | None = None) -> Iterator:
     """The TaskPredictor for --model: of an MLflow model URI, the one its server runs (its logged graph, INT8
     when it serves that; a download removed when the command is done) unless --export names a graph; of a
-    directory, an s3:// URI or a zoo name, that model (on --export's graph when given)."""
+    directory, an s3:// URI or a zoo name, that model (on --export's graph when given, its INT8 graph with
+    `quantized`)."""
     from bert_core.deploy.serving import TaskPredictor
 
     if model.startswith(("models:/", "runs:/")):
         from operators import registry
 
+        if tracking_uri is None:
+            # The home's MLflow is the stack's server while one is up there, as for finetune, run and report:
+            # what that server logged (artifacts at mlflow-artifacts:/) only it can serve.
+            from bert_pipeline.embedded_home import use_stack_mlflow
+            from bert_pipeline.stack.state import stack_home
+
+            use_stack_mlflow(stack_home(None))
         if export is None:
-            with registry.served_predictor(model, batch_size) as predictor:
+            with _quiet_downloads(), registry.served_predictor(model, batch_size, tracking_uri) as predictor:
                 yield predictor
             return
-        with registry.downloaded_model_dir(model) as local:
-            yield TaskPredictor.from_model_dir(local, batch_size=batch_size, export_dir=export)
+        with _quiet_downloads(), registry.downloaded_model_dir(model, tracking_uri) as local:
+            yield TaskPredictor.from_model_dir(local, batch_size=batch_size, export_dir=export, quantized=quantized)
         return
     if not Path(model).is_dir():
         from bert_core.model.weights import resolve_model_dir
 
         model = str(resolve_model_dir(model))
-    yield TaskPredictor.from_model_dir(model, batch_size=batch_size, export_dir=export)
+    yield TaskPredictor.from_model_dir(model, batch_size=batch_size, export_dir=export, quantized=quantized)
 
 
 def export_options(exported, given: dict):
@@ -124,9 +179,21 @@ def run(args: argparse.Namespace) -> int:
         raise BertPipelineError("give --model (raw-text requests) or --export (task files through an export)")
     if args.model is not None:
         from bert_core.deploy.serving import InvalidRequest
+        from bert_core.finetune.config import SquadOptions
 
+        # Flags of --export alone were ignored with --model: `--doc-stride 64` changed nothing (the model's
+        # task.json decides), and `--export DIR --quantized` ran the fp32 graph.
+        ignored = [f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(SquadOptions) if hasattr(args, f.name)]
+        ignored += ["--task"] if args.task is not None else []
+        if ignored:
+            raise BertPipelineError(f"{', '.join(ignored)}: not used with --model, which answers with the settings "
+                                    "the model was fine-tuned and scored with (its task.json); these flags are for "
+                                    "--export alone")
+        if args.quantized and args.export is None:
+            raise BertPipelineError("--quantized runs an export's INT8 graph: give --export DIR as well (a models:/ "
+                                    "URI registered with --serve-int8 serves INT8 by itself)")
         requests, places = read_numbered_requests(args.input)
-        with _predictor(args.model, args.batch_size, args.export) as predictor:
+        with _predictor(args.model, args.batch_size, args.export, args.quantized, args.tracking_uri) as predictor:
             try:
                 answers = predictor.predict(requests)
             except InvalidRequest as exc:
@@ -134,12 +201,19 @@ def run(args: argparse.Namespace) -> int:
                 if exc.row is not None and exc.row < len(places):
                     raise BertPipelineError(f"{places[exc.row]}: {exc.detail}") from None
                 raise BertPipelineError(f"{args.input}: {exc}") from None
+        lines = "".join(json.dumps(a, ensure_ascii=False) + "\n" for a in answers)
+        written = f"wrote {len(answers)} answer{'' if len(answers) == 1 else 's'}"
+        if args.output == "-":  # the answers alone on stdout (a file named '-' was written before)
+            sys.stdout.buffer.write(lines.encode("utf-8"))
+            sys.stdout.flush()
+            print(f"{written} to stdout", file=sys.stderr)
+            return 0
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-        tmp.write_text("".join(json.dumps(a, ensure_ascii=False) + "\n" for a in answers), encoding="utf-8")
+        tmp.write_text(lines, encoding="utf-8")
         os.replace(tmp, out)
-        print(f"wrote {len(answers)} answer{'' if len(answers) == 1 else 's'} to {out}")
+        print(f"{written} to {out}")
         return 0
     from bert_core.deploy.batch_predict import predict_file
     from bert_core.deploy.runtime import ExportedModel
