@@ -77,6 +77,13 @@ def test_champions_serve_raw_text_over_http(tmp_path, monkeypatch):
         assert status == 400 and "text" in body["message"], body
         status, body = post_json(f"{server.url}/invocations", {"dataframe_records": [{"text": "  "}]})
         assert status == 400 and "row 0: field 'text' is empty" in body["message"], body
+        # The server gives every row every column, NaN where a row had none: the NaN is no field given (it was
+        # `field 'text' is missing (fields: text)`); `sentence` is not in the signature, so MLflow dropped it.
+        status, body = post_json(f"{server.url}/invocations",
+                                 {"dataframe_records": [{"text": "the film was lovely ."}, {"sentence": "no text"}]})
+        assert status == 400 and "row 1: field 'text' is missing (fields: none)" in body["message"], body
+        status, body = post_json(f"{server.url}/invocations", {"inputs": {"text": []}})
+        assert (status, body) == (200, {"predictions": []})  # docs/serving.md: an empty batch in columns
         status, body = post_json(f"{server.url}/invocations", {"inputs": {"text": ["the show was superb ."]}})
         assert status == 200 and body["predictions"][0]["label"] in ("0", "1"), body  # still serving
 
