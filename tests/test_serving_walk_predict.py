@@ -87,6 +87,41 @@ def test_dash_reads_requests_from_stdin_and_writes_answers_to_stdout(models, tmp
     assert "wrote 2 answers to stdout" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("body", [
+    {"dataframe_records": REQUESTS},
+    {"dataframe_split": {"columns": ["text"], "data": [[r["text"]] for r in REQUESTS]}},
+    {"inputs": {"text": [r["text"] for r in REQUESTS]}},
+    {"instances": REQUESTS},
+])
+def test_the_body_posted_to_the_server_is_a_requests_file(models, tmp_path, capsys, body):
+    """What a user POSTs to `mlflow models serve`, saved to a file (pretty-printed, as people write it), answers the
+    same: it was read as JSON Lines, `FILE:1: not a JSON object (Expecting property name ...)`."""
+    lines = tmp_path / "requests.jsonl"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in REQUESTS))
+    assert _predict("--model", str(models["sst-2"]), str(lines), "--output", str(tmp_path / "a.jsonl")) == 0
+    path = tmp_path / "body.json"
+    path.write_text(json.dumps(body, indent=2))
+    assert _predict("--model", str(models["sst-2"]), str(path), "--output", str(tmp_path / "b.jsonl")) == 0
+    assert (tmp_path / "b.jsonl").read_text() == (tmp_path / "a.jsonl").read_text()
+    # A bad row is named as the server numbers it; a broken document by its line.
+    key = next(iter(body))
+    if key in ("dataframe_records", "instances"):
+        path.write_text(json.dumps({key: [REQUESTS[0], {"txt": "x"}]}, indent=2))
+        assert _predict("--model", str(models["sst-2"]), str(path), "--output", str(tmp_path / "c.jsonl")) == 2
+        assert f"{path}: {key} row 1: field 'text' is missing (fields: txt)" in capsys.readouterr().err
+    path.write_text(json.dumps(body, indent=2)[:-3] + ",\n}")
+    assert _predict("--model", str(models["sst-2"]), str(path), "--output", str(tmp_path / "c.jsonl")) == 2
+    assert f"{path}:" in (err := capsys.readouterr().err) and "not valid JSON" in err, err
+
+
+def test_one_pretty_printed_request_is_a_requests_file(models, tmp_path):
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(REQUESTS[0], indent=2))
+    assert _predict("--model", str(models["sst-2"]), str(path), "--output", str(tmp_path / "a.jsonl")) == 0
+    (answer,) = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
+    assert answer == TaskPredictor.from_model_dir(models["sst-2"])(REQUESTS[:1])[0]
+
+
 @pytest.mark.parametrize("flags", [["--doc-stride", "64"], ["--version-2"], ["--task", "SST-2"]])
 def test_flags_for_export_alone_are_refused_with_model(models, tmp_path, capsys, flags):
     """They were silently ignored: `--doc-stride 64` changed nothing, the model's task.json decides."""

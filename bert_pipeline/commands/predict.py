@@ -21,6 +21,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from bert_pipeline.commands.config_flags import add_config_arguments
 
@@ -40,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument("input", metavar="INPUT", help="with --model: requests as JSON Lines (one object per line) "
-                        "or a JSON list of objects, UTF-8; '-' reads them from stdin; with --export only: a "
-                        "GLUE-style TSV (classification/regression) or SQuAD JSON (QA)")
+                        "or a JSON list of objects, or the JSON body POSTed to `mlflow models serve` "
+                        "({\"dataframe_records\": [...]}, dataframe_split, inputs, instances), UTF-8; '-' reads "
+                        "stdin; with --export only: a GLUE-style TSV (classification/regression) or SQuAD JSON (QA)")
     parser.add_argument("--model", metavar="DIR_OR_URI",
                         help="a fine-tuned model (finetune's output directory or its model/), a pretrained one "
                         "(answers sentence embeddings), or an MLflow model URI such as models:/bert-sst-2@champion")
@@ -75,7 +77,8 @@ def read_requests(path: str) -> list[dict]:
 
 def read_numbered_requests(path: str) -> tuple[list[dict], list[str]]:
     """`read_requests`, and where each record is in the file (`PATH:LINE` of JSON Lines, `PATH: item N` of a
-    JSON list), for the errors about a request: the model numbers its rows from 0, skipping blank lines."""
+    JSON list, `PATH: FORMAT row N` of a server request body), for the errors about a request: the model numbers
+    its rows from 0, skipping blank lines."""
     from bert_core.errors import BertPipelineError
 
     data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
@@ -89,29 +92,84 @@ def read_numbered_requests(path: str) -> tuple[list[dict], list[str]]:
         raise BertPipelineError(f"{path}:{line}: not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start}): "
                                 "requests are JSON in UTF-8; convert the file, e.g. `iconv -f latin1 -t utf-8`") \
             from None
-    if text.lstrip().startswith("["):
+    stripped = text.lstrip()
+    document: Any = None
+    if stripped.startswith(("[", "{")):
+        # One JSON document: a list of requests, one request, or the body POSTed to `mlflow models serve` (a
+        # pretty-printed object was read as JSON Lines: `FILE:1: not a JSON object (Expecting property name ...)`).
         try:
-            records = json.loads(text)
+            document = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise BertPipelineError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-        lines = [(i + 1, r) for i, r in enumerate(records)]
-        where = "item"
+            if stripped.startswith("[") or (exc.msg != "Extra data" and not _parses(stripped.splitlines()[0])):
+                raise BertPipelineError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if isinstance(document, dict) and any(key in document for key in SERVER_FORMATS):
+        records, places = _server_body(document, path)
+    elif isinstance(document, list):
+        records, places = document, [f"{path}: item {i + 1}" for i in range(len(document))]
+    elif isinstance(document, dict):
+        records, places = [document], [f"{path}:{text[:len(text) - len(stripped)].count(chr(10)) + 1}"]
     else:
-        lines = []
+        records, places = [], []
         for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                lines.append((number, json.loads(line)))
+                records.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise BertPipelineError(f"{path}:{number}: not a JSON object ({exc.msg})") from None
-        where = "line"
-    for number, record in lines:
+            places.append(f"{path}:{number}")
+    for place, record in zip(places, records):
         if not isinstance(record, dict):
-            raise BertPipelineError(f"{path}: {where} {number}: expected an object with the task's fields, got "
-                                    f"{type(record).__name__}")
-    places = [f"{path}:{n}" if where == "line" else f"{path}: item {n}" for n, _ in lines]
-    return [r for _, r in lines], places
+            where = place.replace(f"{path}:", f"{path}: line ", 1) if place[len(path) + 1:].isdigit() else place
+            raise BertPipelineError(f"{where}: expected an object with the task's fields, got {type(record).__name__}")
+    return records, places
+
+
+# The request formats of `mlflow models serve` (its /invocations body): a file holding that body answers the same.
+SERVER_FORMATS = ("dataframe_records", "dataframe_split", "inputs", "instances")
+
+
+def _parses(line: str) -> bool:
+    try:
+        json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
+def _server_body(body: dict, path: str) -> tuple[list, list[str]]:
+    """The records of a server request body, and `PATH: FORMAT row N` for each (numbered from 0, as the server's
+    errors number them)."""
+    from bert_core.errors import BertPipelineError
+
+    keys = [key for key in SERVER_FORMATS if key in body]
+    others = sorted(set(body) - set(SERVER_FORMATS) - {"params"})
+    if len(keys) != 1 or others:
+        raise BertPipelineError(f"{path}: a request body of `mlflow models serve` has exactly one of "
+                                f"{', '.join(SERVER_FORMATS)}; this one has {', '.join(sorted(body))}")
+    key, value = keys[0], body[keys[0]]
+    if key == "dataframe_split":
+        columns, rows = (value.get("columns"), value.get("data")) if isinstance(value, dict) else (None, None)
+        if not isinstance(columns, list) or not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+            raise BertPipelineError(f"{path}: dataframe_split needs `columns` (a list of field names) and `data` (a "
+                                    "list of rows, each a list of values)")
+        records = [dict(zip(columns, row)) for row in rows]
+    elif isinstance(value, dict):  # columns: {"text": [...], "text_pair": [...]}
+        lists = {k: v for k, v in value.items() if isinstance(v, list)}
+        if not lists:
+            records = [value]
+        elif len(lists) != len(value) or len({len(v) for v in lists.values()}) != 1:
+            raise BertPipelineError(f"{path}: {key} as columns needs a list of the same length for every field; "
+                                    "got " + ", ".join(f"{k}: {len(v) if isinstance(v, list) else type(v).__name__}"
+                                                       for k, v in value.items()))
+        else:
+            records = [dict(zip(lists, row)) for row in zip(*lists.values())]
+    elif isinstance(value, list):
+        records = value
+    else:
+        raise BertPipelineError(f"{path}: {key} must be a list of objects (or, for inputs/instances, an object of "
+                                f"columns); got {type(value).__name__}")
+    return records, [f"{path}: {key} row {i}" for i in range(len(records))]
 
 
 @contextlib.contextmanager
