@@ -33,10 +33,11 @@ def models(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("walk")
     tiny = write_tiny_bert(root / "tiny")
     data = {"sst-2": toy_tasks.write_sst2(root / "sst2", n_train=32, n_dev=8),
-            "sts-b": toy_tasks.write_stsb(root / "stsb", n_train=32, n_dev=8)}
+            "sts-b": toy_tasks.write_stsb(root / "stsb", n_train=32, n_dev=8),
+            "ner": toy_tasks.write_ner(root / "ner-data", n_train=16, n_dev=8)}
     for task, data_dir in data.items():
         finetune(FinetuneConfig(task=task, data_dir=str(data_dir), model=str(tiny), output=str(root / task), **TINY))
-    return {task: root / task for task in data}
+    return {"pretrained": tiny, **{task: root / task for task in data}}
 
 
 def _message(predictor: TaskPredictor, model_input) -> str:
@@ -55,6 +56,31 @@ def test_a_missing_field_is_not_listed_among_the_fields_given(models):
     assert _message(single, [{"text": None}]) == "row 0: field 'text' is missing (fields: none)"
     assert _message(single, pd.DataFrame([{"text": "fine ."}, {"txt": "x"}])) == \
         "row 1: field 'text' is missing (fields: txt)"
+
+
+@pytest.mark.parametrize("kind", ["pretrained", "ner", "sst-2"])
+def test_a_pair_sent_to_a_one_text_model_is_refused_in_process_and_by_the_pyfunc(models, tmp_path, kind):
+    """A pretrained encoder answered a pair with the embedding of its first text, an NER model tagged the first text
+    alone; behind `mlflow models serve` their signature had no `text_pair`, so MLflow dropped it before the model
+    saw it. Now the one-text models' signatures take `text_pair` (optional), and the model refuses it, as SST-2's
+    did."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from bert_core.deploy.mlflow_model import pyfunc_spec
+
+    model_dir = models[kind] if kind == "pretrained" else models[kind] / "model"
+    request = [{"text": "Lena Varga opened a bakery in Riga .", "text_pair": "She sells bread ."}]
+    predictor = TaskPredictor.from_model_dir(model_dir)
+    assert _message(predictor, request).startswith("row 0: field 'text_pair': this ")
+    assert _message(predictor, [{"text": "fine ."}, request[0]]).startswith("row 1: ")
+    mlflow.pyfunc.save_model(str(tmp_path / "pyfunc"), **pyfunc_spec(model_dir))
+    served = mlflow.pyfunc.load_model(str(tmp_path / "pyfunc"))
+    assert "text_pair" in served.metadata.get_input_schema().input_names()
+    with pytest.raises(MlflowException, match="row 0: field 'text_pair': this .* reads one text per example"):
+        served.predict(pd.DataFrame(request))
+    (answer,) = served.predict(pd.DataFrame([{"text": request[0]["text"]}]))  # one text: answered as before
+    assert answer == predictor([{"text": request[0]["text"]}])[0]
 
 
 def _predict(*argv: str) -> int:

@@ -71,8 +71,12 @@ def _input_schema(predictor):
     from mlflow.types.schema import ColSpec, Schema
 
     required = {"text_pair": predictor.pair}
-    return Schema([ColSpec("string", name, required=required.get(name, True)) for name in predictor.fields
-                   if name != "text_pair" or predictor.kind in ("classification", "regression")])
+    names = list(predictor.fields)
+    if predictor.kind != "squad" and "text_pair" not in names:
+        # Optional, so that a pair sent to a one-text model (NER, a pretrained encoder) reaches the model and is
+        # refused naming the field: without the column MLflow's server dropped it and answered the first text alone.
+        names.append("text_pair")
+    return Schema([ColSpec("string", name, required=required.get(name, True)) for name in names])
 
 
 def pyfunc_spec(model_dir: str | Path, export_dir: str | Path | None = None, quantized: bool = False) -> dict[str, Any]:

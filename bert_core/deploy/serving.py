@@ -212,6 +212,10 @@ class TaskPredictor:
         records = _records(model_input)
         if not records:
             return []
+        if self.kind in (EMBEDDING, "ner") or (self.kind in ("classification", "regression") and not self.pair):
+            # A second text for a model that reads one: refused, not dropped (a pretrained encoder answered a pair
+            # with the embedding of its first text, an NER model tagged the first text alone).
+            self._no_pair(records)
         if self.kind == EMBEDDING:
             texts = [self._field(r, "text", i) for i, r in enumerate(records)]
             return [{"embedding": [float(v) for v in e.sentence_vector]} for e in self.embedder(texts)]
@@ -232,6 +236,14 @@ class TaskPredictor:
                                  "zero-width or other characters its tokenizer drops)", row=row)
         return value
 
+    def _no_pair(self, records: list[dict[str, Any]]) -> None:
+        for i, record in enumerate(records):
+            value = record.get("text_pair")
+            if value is None or (isinstance(value, float) and math.isnan(value)):  # a DataFrame's missing cell
+                continue
+            what = f"this {self.card.task} model" if self.card is not None else "this pretrained encoder"
+            raise InvalidRequest(f"field 'text_pair': {what} reads one text per example: remove it", row=i)
+
     # -- batching: rows sorted by length, each batch padded to its longest row only
     def _run(self, ids: Sequence[Sequence[int]], segments: Sequence[Sequence[int]]) -> list[dict[str, np.ndarray]]:
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
@@ -247,12 +259,8 @@ class TaskPredictor:
 
     def _classify(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         texts = [self._field(r, "text", i) for i, r in enumerate(records)]
-        pairs = [self._field(r, "text_pair", i, required=self.pair) for i, r in enumerate(records)]
-        if not self.pair and any(p is not None for p in pairs):
-            row = next(i for i, p in enumerate(pairs) if p is not None)
-            raise InvalidRequest(f"field 'text_pair': this {self.card.task} model reads one text per "
-                                 "example: remove it", row=row)
-        encodings = self.tokenizer.encode_batch(texts, pairs if self.pair else None,
+        pairs = [self._field(r, "text_pair", i) for i, r in enumerate(records)] if self.pair else None
+        encodings = self.tokenizer.encode_batch(texts, pairs,
                                                 max_length=self.card.max_seq_length, truncation="longest_first")
         results = self._run([e.ids for e in encodings], [e.segment_ids for e in encodings])
         if self.kind == "regression":
