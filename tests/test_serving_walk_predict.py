@@ -282,3 +282,13 @@ def _stop_stack() -> None:
     record = _STACK.pop("record", None)
     if record is not None:
         processes.stop_processes({"mlflow": stop_target(mlflow_server.SERVICE, record)})
+
+
+def test_output_that_is_a_directory_is_an_error_and_leaves_nothing(models, tmp_path, capsys):
+    """`--output DIR` (as `--export` takes for SQuAD) was an IsADirectoryError traceback, and left `.DIR.tmp-PID`."""
+    path = tmp_path / "requests.jsonl"
+    path.write_text(json.dumps(REQUESTS[0]) + "\n")
+    (tmp_path / "answers").mkdir()
+    assert _predict("--model", str(models["sst-2"]), str(path), "--output", str(tmp_path / "answers")) == 2
+    assert f"--output {tmp_path / 'answers'} is a directory" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["answers", "requests.jsonl"]

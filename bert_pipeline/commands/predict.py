@@ -267,10 +267,17 @@ def run(args: argparse.Namespace) -> int:
             print(f"{written} to stdout", file=sys.stderr)
             return 0
         out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.is_dir():  # a traceback before (IsADirectoryError), leaving the temporary file beside it
+            raise BertPipelineError(f"--output {out} is a directory: with --model, --output is the JSON Lines file "
+                                    "of answers (e.g. --output answers.jsonl)")
         tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-        tmp.write_text(lines, encoding="utf-8")
-        os.replace(tmp, out)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(lines, encoding="utf-8")
+            os.replace(tmp, out)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise BertPipelineError(f"cannot write --output {out}: {exc.strerror or exc}") from None
         print(f"{written} to {out}")
         return 0
     from bert_core.deploy.batch_predict import predict_file
