@@ -292,3 +292,16 @@ def test_output_that_is_a_directory_is_an_error_and_leaves_nothing(models, tmp_p
     assert _predict("--model", str(models["sst-2"]), str(path), "--output", str(tmp_path / "answers")) == 2
     assert f"--output {tmp_path / 'answers'} is a directory" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["answers", "requests.jsonl"]
+
+
+def test_export_predictions_of_a_tsv_into_a_directory_is_an_error(models, tmp_path, capsys):
+    """`predict --export DIR --task SST-2 dev.tsv --output EXISTING_DIR` ran the whole file, then failed with an
+    IsADirectoryError traceback and left `.EXISTING_DIR.tmp-PID` beside it."""
+    assert main(["export", "--task", "classification", "--model", str(models["sst-2"] / "model"), "--output",
+                 str(tmp_path / "exp"), "--dynamic-batch", "--dynamic-seq", "--max-seq-length", "32"]) == 0
+    (tmp_path / "pred").mkdir()
+    dev = models["sst-2"].parent / "sst2" / "dev.tsv"
+    assert _predict("--export", str(tmp_path / "exp"), "--task", "SST-2", str(dev), "--output",
+                    str(tmp_path / "pred")) == 2
+    assert f"{tmp_path / 'pred'} is a directory" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp", "pred"]

@@ -60,6 +60,9 @@ def predict_file(model: ExportedModel, data: str | Path, output: str | Path, tas
         return len(examples), [str(Path(output) / name) for name in written]
     if not task:
         raise BertPipelineError("--task is needed to read a GLUE-style TSV (e.g. --task MRPC)")
+    if Path(output).is_dir():  # checked before the run: writing it was an IsADirectoryError traceback at the end
+        raise BertPipelineError(f"{output} is a directory: the predictions of a GLUE-style TSV are one submission "
+                                "TSV file (e.g. --output predictions.tsv)")
     from bert_core.tasks.glue import read_examples
 
     examples = read_examples(task, data)
