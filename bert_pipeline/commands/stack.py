@@ -107,6 +107,47 @@ def _check_profile_flags(args: argparse.Namespace, profile: str) -> None:
             raise BertPipelineError(f"{flag} is a setting of --profile {owner}")
 
 
+def check_artifacts_destination(uri: str | None) -> None:
+    """Refuse, before anything starts, an s3:// --artifacts-destination the MLflow server could not write: its
+    bucket missing (a typo, or not made yet on a fresh MinIO/moto), no credentials, or an endpoint that does not
+    answer. The server starts and answers /health all the same, and the first artifact a task logs then fails
+    with "too many 500 error responses" from the server, naming neither the bucket nor the setting. The check
+    asks S3 with this environment, the one the server inherits (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...)."""
+    from bert_core.errors import BertPipelineError
+
+    if not uri or not uri.startswith("s3://"):
+        return  # another object store: the MLflow server's own client checks it
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    bucket = uri.removeprefix("s3://").split("/", 1)[0]
+    flag = f"--artifacts-destination {uri}"
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    where = f"at {endpoint} (AWS_ENDPOINT_URL)" if endpoint else "on AWS (no AWS_ENDPOINT_URL set)"
+    try:
+        # A session of its own: boto3's default one keeps the credentials it found first.
+        client = boto3.session.Session().client("s3", config=Config(connect_timeout=5, read_timeout=15,
+                                                                    retries={"max_attempts": 2, "mode": "standard"}))
+        client.head_bucket(Bucket=bucket)
+    except NoCredentialsError:
+        raise BertPipelineError(f"{flag}: no S3 credentials in this environment, which the MLflow server inherits: "
+                                "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), or run "
+                                "where an instance role gives them") from None
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code in ("404", "NoSuchBucket"):
+            raise BertPipelineError(f"{flag}: bucket {bucket!r} does not exist {where}; create it first (e.g. "
+                                    f"`aws s3 mb s3://{bucket}`), or correct the flag") from None
+        if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+            raise BertPipelineError(f"{flag}: access to bucket {bucket!r} {where} is denied with this "
+                                    "environment's credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE), which the MLflow "
+                                    "server inherits") from None
+        raise BertPipelineError(f"{flag}: S3 {where} refused HEAD on bucket {bucket!r}: {exc}") from None
+    except (BotoCoreError, ValueError) as exc:  # unreachable endpoint, malformed bucket name, ...
+        raise BertPipelineError(f"{flag}: cannot reach bucket {bucket!r} {where}: {exc}") from None
+
+
 def _running_profile(stack: Stack) -> str | None:
     """The profile a (half-)running stack was started with: a plain `up` completes it as it was started."""
     current = Stack(stack.home).load()
@@ -132,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
         # Before the lock makes the home; a running stack keeps the options it was started with.
         supervisor.check_request(profile, ports, given, options)
         supervisor.check_missing(profile, options)
+        if profile.name == PRODUCTION:
+            check_artifacts_destination(options.artifacts_destination)
     with stack.locked():
         stack.load()
         if args.action == "down":
