@@ -39,7 +39,8 @@ def predict_file(model: ExportedModel, data: str | Path, output: str | Path, tas
     if not vocab.is_file():
         raise BertPipelineError(f"{model.directory}: the export has no vocab.txt (exported without a model?)")
     tokenizer = BertTokenizer(vocab, do_lower_case=meta.get("do_lower_case") is not False)
-    seq = meta["max_seq_length"]
+    # Cut (and window) at the model's own length, as serving does; the graph's longest where the export has none.
+    seq = min(meta.get("model_max_seq_length") or meta["max_seq_length"], meta["max_seq_length"])
     if meta["task"] == "question_answering":
         from bert_core.finetune.tasks.squad import make_features, postprocess
         from bert_core.tasks.squad import V2, read_squad

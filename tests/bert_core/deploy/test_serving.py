@@ -80,6 +80,34 @@ def test_squad_answers_agree_in_finetuning_export_and_serving(models, tmp_path):
     assert {e.qas_id: a["answer"] for e, a in zip(examples, served)} == scored
 
 
+def test_an_export_predicts_and_evaluates_at_its_models_length(models, tmp_path):
+    """An export's graph may accept longer inputs than its model was fine-tuned at; `predict --export` and the
+    export's --eval-data evaluation cut at the model's own length (its task.json), as serving does, so the
+    metrics registered with an export are the served model's (a model of length 64 was evaluated at 128)."""
+    from bert_core.deploy.batch_predict import predict_file
+    from bert_core.deploy.export import ExportConfig, export
+    from bert_core.deploy.runtime import ExportedModel
+
+    model_dir = models["sst-2"] / "model"
+    assert task_card.read_card(model_dir).max_seq_length == 32
+    # Longer than 32 tokens, the sentiment word past the 32nd: cut at 32 it is not seen.
+    rows = [(f"the film was {' '.join(['long'] * 40)} and {word} .", label)
+            for word, label in (("lovely", 1), ("dull", 0), ("superb", 1), ("awful", 0))]
+    (tmp_path / "dev.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows))
+    export(ExportConfig(task="classification", model=str(model_dir), output=str(tmp_path / "exp"),
+                        max_seq_length=64, dynamic_batch=True, dynamic_seq=True))
+    exported = ExportedModel(tmp_path / "exp")
+    assert exported.meta["max_seq_length"] == 64 and exported.meta["model_max_seq_length"] == 32
+    widths = []
+    run = exported.run
+    exported.run = lambda ids, *rest, **kw: widths.append(ids.shape[1]) or run(ids, *rest, **kw)
+    predict_file(exported, tmp_path / "dev.tsv", tmp_path / "pred.tsv", task="SST-2")
+    assert widths and max(widths) == 32
+    predicted = [line.split("\t")[1] for line in (tmp_path / "pred.tsv").read_text().splitlines()[1:]]
+    served = TaskPredictor.from_model_dir(models["sst-2"])([{"text": s} for s, _ in rows])
+    assert predicted == [a["label"] for a in served]
+
+
 def test_answers_per_kind(models):
     sst2 = TaskPredictor.from_model_dir(models["sst-2"])
     (answer,) = sst2(["the concert was wonderful ."])
