@@ -15,6 +15,7 @@ import signal
 import sys
 
 from bert_core.errors import BertPipelineError
+from bert_core.io.tracking import quiet_artifact_transfers
 
 # name -> (module, one-line help). Order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -92,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     module.add_arguments(parser)
     args = parser.parse_args(rest)
     try:
-        return int(module.run(args) or 0)
+        with quiet_artifact_transfers():  # a command reports its own progress; MLflow's bars were noise in it
+            return int(module.run(args) or 0)
     except (BertPipelineError, FileNotFoundError) as exc:
         if global_args.verbose:
             logging.exception("details")

@@ -17,10 +17,11 @@ MLflow specifics:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,24 @@ def flatten_params(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
         else:
             out[f"{prefix}{key}"] = str(value)[:_MAX_PARAM_LEN]
     return out
+
+
+PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+
+
+@contextlib.contextmanager
+def quiet_artifact_transfers() -> Iterator[None]:
+    """MLflow's artifact progress bars off inside (they are noise in a command's output and a log: a dozen
+    carriage-return frames of `Downloading artifacts: 100%|...` before `predict --model models:/...`'s one line,
+    and in `export --register --promote`'s serving check), unless the user set MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR."""
+    if PROGRESS_BAR_ENV in os.environ:
+        yield
+        return
+    os.environ[PROGRESS_BAR_ENV] = "false"
+    try:
+        yield
+    finally:
+        os.environ.pop(PROGRESS_BAR_ENV, None)
 
 
 def embedded_tracking_uri() -> str:

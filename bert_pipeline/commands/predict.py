@@ -173,22 +173,6 @@ def _server_body(body: dict, path: str) -> tuple[list, list[str]]:
 
 
 @contextlib.contextmanager
-def _quiet_downloads() -> Iterator[None]:
-    """No MLflow download progress bar: `predict --model models:/...` printed a `Downloading artifacts: 100%|...`
-    bar of a dozen carriage-return frames to the terminal (or a log) before its one line."""
-    variable = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-    before = os.environ.get(variable)
-    os.environ[variable] = "false"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(variable, None)
-        else:
-            os.environ[variable] = before
-
-
-@contextlib.contextmanager
 def _predictor(model: str, batch_size: int, export: str | None, quantized: bool = False,
                tracking_uri: str | None = None) -> Iterator:
     """The TaskPredictor for --model: of an MLflow model URI, the one its server runs (its logged graph, INT8
@@ -208,10 +192,10 @@ def _predictor(model: str, batch_size: int, export: str | None, quantized: bool 
 
             use_stack_mlflow(stack_home(None))
         if export is None:
-            with _quiet_downloads(), registry.served_predictor(model, batch_size, tracking_uri) as predictor:
+            with registry.served_predictor(model, batch_size, tracking_uri) as predictor:
                 yield predictor
             return
-        with _quiet_downloads(), registry.downloaded_model_dir(model, tracking_uri) as local:
+        with registry.downloaded_model_dir(model, tracking_uri) as local:
             yield TaskPredictor.from_model_dir(local, batch_size=batch_size, export_dir=export, quantized=quantized)
         return
     if not Path(model).is_dir():

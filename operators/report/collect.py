@@ -25,6 +25,7 @@ from typing import Any
 
 from bert_core.errors import BertPipelineError
 from bert_core.io import storage
+from bert_core.io.tracking import quiet_artifact_transfers
 from operators.registry import PRETRAINED
 from operators.run_records import TASKS_DIR
 
@@ -329,15 +330,8 @@ def mlflow_client(uri: str) -> Iterator[Any]:
     """An MLflow client on `uri`, with MLflow's download progress bars off (they are noise in a command's output)."""
     from mlflow import MlflowClient
 
-    before = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
-    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
-    try:
+    with quiet_artifact_transfers():
         yield MlflowClient(tracking_uri=uri, registry_uri=uri)
-    finally:
-        if before is None:
-            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
-        else:
-            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = before
 
 
 def _metric_history(run_id: str | None, keys: tuple[str, ...], uri: str) -> tuple[dict[str, list], str | None]:

@@ -162,3 +162,25 @@ def test_a_tracker_attached_to_a_run_names_the_runs_experiment(tmp_path, monkeyp
         rank0 = tracking.MlflowTracker(tracking_uri=driver.tracking_uri, run_id=driver.run_id)
     rank0.end()
     assert f"MLflow run {driver.run_id} in experiment 'bert-finetune/squad'" in caplog.text
+
+
+def test_artifact_progress_bars_are_off_in_commands_unless_the_user_set_them(monkeypatch):
+    """Every `bert-pipeline` command runs inside quiet_artifact_transfers (MLflow's download bars were a dozen
+    frames before `predict`'s one line, and in `export --register --promote`); a user's own setting wins, and
+    nothing is left set afterwards."""
+    import os
+
+    from bert_core.io.tracking import PROGRESS_BAR_ENV, quiet_artifact_transfers
+    from bert_pipeline import cli
+
+    monkeypatch.delenv(PROGRESS_BAR_ENV, raising=False)
+    seen = []
+    monkeypatch.setitem(cli.COMMANDS, "probe", ("tests.bert_core.io.test_tracking", "probe"))
+    monkeypatch.setattr("tests.bert_core.io.test_tracking.add_arguments", lambda parser: None, raising=False)
+    monkeypatch.setattr("tests.bert_core.io.test_tracking.run",
+                        lambda args: seen.append(os.environ.get(PROGRESS_BAR_ENV)) or 0, raising=False)
+    assert cli.main(["probe"]) == 0 and seen == ["false"] and PROGRESS_BAR_ENV not in os.environ
+    monkeypatch.setenv(PROGRESS_BAR_ENV, "true")
+    with quiet_artifact_transfers():
+        assert os.environ[PROGRESS_BAR_ENV] == "true"
+    assert os.environ[PROGRESS_BAR_ENV] == "true"
