@@ -100,6 +100,17 @@ def family(pid: int) -> set[int]:
     return tree | group
 
 
+def leftovers(pid: int, started: int | None) -> set[int]:
+    """What is left of a recorded main process that died: its process group's members (a Celery worker killed
+    mid-task left its pool process there, parent 1). Only when no process has the pid (the kernel gives a pid
+    that is still a group's id to no new process, so the group is the dead process's own), and only members
+    started after it."""
+    if not Path("/proc").is_dir() or proc_stat(pid) is not None:
+        return set()
+    group = family(pid) - {pid}
+    return {p for p in group if alive(p) and (started is None or (start_time(p) or 0) >= started)}
+
+
 def signal_family(pids: set[int], pgid: int, sig: int) -> None:
     """`sig` to the process group `pgid` and to each of `pids` (those that left the group included)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -147,10 +158,14 @@ def stop_processes(targets: dict[str, StopTarget]) -> dict[str, float | None]:
     running."""
     begin = time.monotonic()
     families = {name: family(t.pid) for name, t in targets.items() if alive(t.pid, t.started)}
+    # A recorded main process that died may have left its group running: that is stopped too (and counts as
+    # running, so `stack down` does not say "was not running" and leave it).
+    families.update({name: left for name, t in targets.items() if name not in families
+                     for left in [leftovers(t.pid, t.started)] if left})
     waiting_for_leader = set()
     for name, members in families.items():
         target = targets[name]
-        if target.leader_first:
+        if target.leader_first and alive(target.pid, target.started):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(target.pid, target.stop_signal)
             waiting_for_leader.add(name)

@@ -85,6 +85,17 @@ def _stop_all(stack: Stack, names: list[str]) -> dict[str, float | None]:
     return took
 
 
+def stop_leftovers(stack: Stack, names: list[str]) -> list[str]:
+    """Stop what the named recorded services whose main process died left running (a Celery worker killed
+    mid-task leaves its pool process), so that `up` does not start a successor beside it; returns their names."""
+    dead = [name for name in names if name in stack.services
+            and processes.leftovers(stack.services[name]["pid"], stack.services[name].get("started"))]
+    if dead:
+        print(f"  stopping what {', '.join(dead)} left running after its main process died", flush=True)
+        _stop_all(stack, dead)
+    return dead
+
+
 def check_missing(profile: Profile, options: Options) -> None:
     """What the machine lacks for the profile, with the commands that install it: an error before anything starts."""
     lacking = profile.missing(options)
@@ -129,6 +140,7 @@ def up(stack: Stack, profile: Profile, ports: dict[str, int], given: dict[str, i
         return 0
 
     check_missing(profile, options)
+    stop_leftovers(stack, to_start)
     for name in to_start:
         for key in services[name].port_keys:
             if not port_free(ports[key]):
@@ -177,6 +189,9 @@ def down(stack: Stack) -> int:
         return 0
     profile, options = recorded(stack)
     names = [name for name in reversed(profile.services(options)) if name in services]
+    # A recorded service the profile does not name (another Celery worker's record, state.json edited by hand) is
+    # stopped too, not left running.
+    names += [name for name in services if name not in names]
     width = name_width(names)
     for name in names:
         print(f"  {name:{width}} stopping (pid {services[name]['pid']})", flush=True)
