@@ -7,6 +7,7 @@ and the usual credential chain; transfers retry with backoff and large files go 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -90,12 +91,43 @@ def _new_s3_client():
     return boto3.client("s3", config=Config(retries={"max_attempts": 8, "mode": "adaptive"}))
 
 
+def _is_missing_bucket(exc: BaseException, bucket: str) -> bool:
+    code = (getattr(exc, "response", None) or {}).get("Error", {}).get("Code")
+    if code in ("404", "NoSuchKey"):  # a HEAD (a download's first call) says only "Not Found": ask about the bucket
+        try:
+            s3_client().head_bucket(Bucket=bucket)
+        except Exception as head:  # noqa: BLE001 - any answer but "it exists" leaves the first error as it was
+            return (getattr(head, "response", None) or {}).get("Error", {}).get("Code") in ("404", "NoSuchBucket")
+        return False
+    # An upload through boto3's transfer manager wraps the error in S3UploadFailedError's message.
+    return code == "NoSuchBucket" or (type(exc).__name__ == "S3UploadFailedError" and "NoSuchBucket" in str(exc))
+
+
+def _names_missing_bucket(fn):
+    """A bucket that does not exist is an error naming the URI, the bucket and the S3 endpoint. boto3 said only
+    "An error occurred (NoSuchBucket) when calling the GetObject operation", and as a BertPipelineError it is a
+    verdict that an Airflow task does not retry (three tries of a DAG's plan task took 90 s)."""
+    @functools.wraps(fn)
+    def named(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            uri = next((str(a) for a in (*args, *kwargs.values()) if is_s3(a)), None)
+            if uri is None or not _is_missing_bucket(exc, split_s3(uri)[0]):
+                raise
+            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "AWS"
+            raise BertPipelineError(f"{uri}: the S3 bucket {split_s3(uri)[0]!r} does not exist on {endpoint}: "
+                                    "create it, or name a bucket that exists") from None
+    return named
+
+
 def join(base: str, *parts: str) -> str:
     if is_s3(base):
         return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
     return str(local_path(base).joinpath(*parts))
 
 
+@_names_missing_bucket
 def exists(uri: str) -> bool:
     if not is_s3(uri):
         return local_path(uri).exists()
@@ -112,6 +144,7 @@ def exists(uri: str) -> bool:
     return resp.get("KeyCount", 0) > 0
 
 
+@_names_missing_bucket
 def _s3_objects(uri: str) -> dict[str, str]:
     """Relative name -> ETag of every object under an s3 prefix."""
     bucket, key = split_s3(uri)
@@ -139,6 +172,7 @@ def _temp_name(path: Path, kind: str) -> Path:
     return path.with_name(f".{path.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
+@_names_missing_bucket
 def download_file(uri: str, dest: Path) -> None:
     bucket, key = split_s3(uri)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -150,11 +184,13 @@ def download_file(uri: str, dest: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+@_names_missing_bucket
 def upload_file(src: Path, uri: str) -> None:
     bucket, key = split_s3(uri)
     s3_client().upload_file(str(src), bucket, key)
 
 
+@_names_missing_bucket
 def read_text(uri: str) -> str:
     """A small text file (a manifest, a report) from a local path or an s3 object."""
     if not is_s3(uri):
@@ -167,6 +203,7 @@ def read_text(uri: str) -> str:
         raise FileNotFoundError(f"{uri}: no such object") from None
 
 
+@_names_missing_bucket
 def write_text(uri: str, text: str) -> None:
     """Write a small text file in one step: a local temp file renamed into place, or one S3 PUT (atomic)."""
     if is_s3(uri):
@@ -218,6 +255,7 @@ def source_uri(path: str | os.PathLike) -> str:
     return text
 
 
+@_names_missing_bucket
 def local_file(uri: str) -> Path:
     """A local file with the content of `uri`: the path itself, or a cached copy of an s3 object (keyed by its URI
     and ETag: a changed object is fetched again; downloaded under a temporary name)."""

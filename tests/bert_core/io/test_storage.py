@@ -76,3 +76,30 @@ def test_saved_weights_get_the_umask_mode(tmp_path):
         os.umask(mask)
     assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {
         "model.safetensors": 0o644, "config.json": 0o644}
+
+
+def test_a_missing_bucket_is_an_error_naming_the_uri_and_the_bucket(s3, tmp_path):
+    """boto3 said only "An error occurred (NoSuchBucket) when calling the GetObject operation"; a DAG's plan task
+    retried it three times (90 s). Now a BertPipelineError, which an Airflow task does not retry."""
+    from bert_core.errors import BertPipelineError
+
+    (tmp_path / "f.txt").write_text("x")
+    calls = {"read_text": lambda: storage.read_text("s3://nobucket/run/manifest.json"),
+             "write_text": lambda: storage.write_text("s3://nobucket/run/plan.json", "{}"),
+             "exists": lambda: storage.exists("s3://nobucket/run"),
+             "list_files": lambda: storage.list_files("s3://nobucket/run"),
+             "local_dir": lambda: storage.local_dir("s3://nobucket/run"),
+             "upload_file": lambda: storage.upload_file(tmp_path / "f.txt", "s3://nobucket/run/f.txt"),
+             "download_file": lambda: storage.download_file("s3://nobucket/run/f.txt", tmp_path / "g.txt")}
+    for name, call in calls.items():
+        with pytest.raises(BertPipelineError, match=r"s3://nobucket/run\S*: the S3 bucket 'nobucket' does not exist "
+                                                    r"on http://"):
+            call()
+            pytest.fail(f"{name}: no error")
+    # A missing object in a bucket that exists stays what it was.
+    with pytest.raises(FileNotFoundError):
+        storage.read_text("s3://cache/nothing.json")
+    import botocore.exceptions
+
+    with pytest.raises(botocore.exceptions.ClientError, match="404"):
+        storage.download_file("s3://cache/nothing.json", tmp_path / "g.txt")
