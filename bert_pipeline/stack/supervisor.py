@@ -188,16 +188,21 @@ def down(stack: Stack) -> int:
         print(f"stack is not running (no services recorded in {stack.state_file})")
         return 0
     profile, options = recorded(stack)
-    names = [name for name in reversed(profile.services(options)) if name in services]
-    # A recorded service the profile does not name (another Celery worker's record, state.json edited by hand) is
-    # stopped too, not left running.
-    names += [name for name in services if name not in names]
-    width = name_width(names)
-    for name in names:
-        print(f"  {name:{width}} stopping (pid {services[name]['pid']})", flush=True)
-    # All at once: each takes seconds to shut down cleanly (Airflow's scheduler ~15 s on 2 cores).
-    for name, took in _stop_all(stack, names).items():
-        print(f"  {name:{width}} " + ("was not running" if took is None else f"stopped ({took:.1f} s)"), flush=True)
+    # The profile's start phases in reverse, each phase's services at once (each takes seconds to shut down
+    # cleanly: Airflow's scheduler ~15 s on 2 cores): what uses PostgreSQL, Redis and MLflow stops before they do.
+    # All at once, PostgreSQL went in under a second and every production `down` left AdminShutdown and
+    # "Connection refused" tracebacks in the scheduler's, triggerer's and workers' logs.
+    phased = [[s.name for s in phase if s.name in services] for phase in reversed(profile.phases(options))]
+    # A recorded service the profile does not name (state.json edited by hand) is stopped too, with the first wave.
+    unnamed = [name for name in services if all(name not in wave for wave in phased)]
+    waves = [wave for wave in [unnamed + (phased[0] if phased else []), *phased[1:]] if wave]
+    width = name_width([n for wave in waves for n in wave])
+    for wave in waves:
+        for name in wave:
+            print(f"  {name:{width}} stopping (pid {services[name]['pid']})", flush=True)
+        for name, took in _stop_all(stack, wave).items():
+            print(f"  {name:{width}} " + ("was not running" if took is None else f"stopped ({took:.1f} s)"),
+                  flush=True)
     return 0
 
 
