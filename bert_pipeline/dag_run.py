@@ -252,7 +252,11 @@ def run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, home: str | os.Pat
             verbose: bool = False) -> DagRunResult:
     """Run `dag_id` once with `conf` (dag.test() on the embedded home at `home`), showing the run view; returns
     the result, also written to RUN_DIR/run.json. A failed run prints each failed task's log tail. Raises
-    BertPipelineError when the run cannot start (a conf the DAG's Params reject, a DAG that does not load)."""
+    BertPipelineError when the run cannot start (a conf the DAG's Params reject, a DAG that does not load, a home
+    the production stack is up on)."""
+    from bert_pipeline.embedded_home import refuse_production_home
+
+    refuse_production_home(Path(home) if home is not None else None, dag_id)
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path = run_dir / RUN_LOG

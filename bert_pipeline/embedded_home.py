@@ -134,6 +134,26 @@ def _same_store(store: str, database: Path) -> bool:
     return store.startswith("sqlite:///") and Path(store[len("sqlite:///"):]).resolve() == database.resolve()
 
 
+def refuse_production_home(root: Path | None, dag_id: str) -> None:
+    """`run` and `demo` run a DAG in this process on the home's embedded Airflow (SQLite). While the production
+    stack is up on the home, such a run went into another database than the stack's (PostgreSQL): its UI never
+    showed it, its Celery workers never ran it, and the command still printed the stack's UI as where to look.
+    An error before anything is written, saying how to run it on the stack."""
+    from bert_pipeline.stack.profiles import DEFAULT
+
+    home = stack_home(str(root) if root is not None else None)
+    stack = Stack(home).load()
+    profile = stack.state.get("profile", DEFAULT)
+    if profile == DEFAULT or not any(processes.alive(r["pid"], r.get("started")) for r in stack.services.values()):
+        return
+    url = stack_airflow_url(home) or "the stack's Airflow API server"
+    raise BertPipelineError(
+        f"the {profile} stack is up on {home}: `bert-pipeline run` and `demo` run a DAG in this process on an "
+        f"embedded SQLite Airflow, which that stack's Airflow (PostgreSQL) does not show and its Celery workers do "
+        f"not run. Trigger {dag_id} on the stack: its UI ({url}), or its REST API, POST "
+        f"{url}/api/v2/dags/{dag_id}/dagRuns (docs/deployment.md); or give another --home")
+
+
 def stack_airflow_url(root: Path) -> str | None:
     """The Airflow UI of the stack up on the home `root` (its API server's process runs), else None."""
     record = _running(root, "airflow") or _running(root, "airflow-api")  # the default profile's, production's

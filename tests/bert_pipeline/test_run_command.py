@@ -157,3 +157,21 @@ def test_a_fine_tuning_run_of_one_task_ends_with_its_summary(tmp_path):
     run_dir = Path(done.stdout.splitlines()[0].split()[2]).parent
     summary = json.loads((run_dir / "registry" / "summary.json").read_text())
     assert [m["name"] for m in summary["models"]] == ["bert-sst-2"]
+
+
+@pytest.mark.parametrize("command", [["run", "bert_finetune"], ["demo"]])
+def test_run_and_demo_refuse_a_home_the_production_stack_is_up_on(tmp_path, capsys, command):
+    """`run`/`demo` run a DAG in-process on an embedded SQLite Airflow: on a home where the production stack is up,
+    the run was in no database the stack's Airflow (PostgreSQL) reads, on none of its workers, and the command
+    pointed at the stack's UI. Refused before anything is written; the embedded profile's stack is fine."""
+    from bert_pipeline.stack import processes
+
+    home = tmp_path / "home"
+    (home / "stack").mkdir(parents=True)
+    me = {"pid": os.getpid(), "started": processes.start_time(os.getpid()), "url": "http://127.0.0.1:18080"}
+    state = {"profile": "production", "ports": {}, "services": {"airflow-api": me}}
+    (home / "stack" / "state.json").write_text(json.dumps(state))
+    assert main([*command, "--home", str(home)]) == 2
+    err = capsys.readouterr().err
+    assert "the production stack is up on" in err and "POST http://127.0.0.1:18080/api/v2/dags/" in err, err
+    assert sorted(p.name for p in home.iterdir()) == ["stack"]
