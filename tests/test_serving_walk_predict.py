@@ -20,7 +20,7 @@ import pytest
 from bert_core.deploy.serving import InvalidRequest, TaskPredictor
 from bert_core.finetune.step import FinetuneConfig, finetune
 from bert_pipeline.cli import main
-from tests import toy_tasks
+from tests import stack_fixture, toy_tasks
 from tests.tiny_bert import write_tiny_bert
 
 TINY = dict(epochs=1, lr=1e-3, batch_size=16, tracking=False, max_seq_length=32, eval_batch_size=8)
@@ -232,8 +232,8 @@ def test_predict_reads_a_registered_model_from_the_stacks_mlflow_server(models, 
     server keeps at mlflow-artifacts:/."""
     from mlflow import MlflowClient
 
-    try:
-        home, url = _start_stack(tmp_path)
+    home = tmp_path / "stack-home"
+    with stack_fixture.mlflow_only_stack(home) as url:
         # The experiment as the server makes it (a run triggered in the stack's Airflow): at mlflow-artifacts:/N.
         experiment_id = MlflowClient(url).create_experiment("bert-finetune/sst-2")
         assert MlflowClient(url).get_experiment(experiment_id).artifact_location.startswith("mlflow-artifacts:/")
@@ -245,43 +245,6 @@ def test_predict_reads_a_registered_model_from_the_stacks_mlflow_server(models, 
         assert done.returncode == 0, done.stderr[-3000:]
         answers = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
         assert answers == TaskPredictor.from_model_dir(models["sst-2"])(REQUESTS)
-    finally:
-        _stop_stack()
-
-
-_STACK: dict = {}
-
-
-def _start_stack(tmp_path: Path) -> tuple[Path, str]:
-    """A home whose recorded stack runs `stack up`'s MLflow server (sqlite HOME/mlflow.db, artifacts served from
-    HOME/mlartifacts), started with the stack's own code."""
-    from bert_core.launch.ports import free_ports
-    from bert_pipeline.stack import mlflow_server
-    from bert_pipeline.stack.health import wait_healthy
-    from bert_pipeline.stack.state import DEFAULT_PORTS, Stack
-    from bert_pipeline.stack.supervisor import start
-
-    home = tmp_path / "stack-home"
-    (port,) = free_ports(1)
-    ports = {**DEFAULT_PORTS, "mlflow": port}
-    spec = mlflow_server.spec(home, ports)
-    home.joinpath("stack").mkdir(parents=True)
-    proc, record = start(home, spec)
-    _STACK["record"] = record
-    stack = Stack(home)
-    stack.state.update(ports=ports, home=str(home), profile="default", services={"mlflow": record})
-    stack.save()
-    wait_healthy({"mlflow": (mlflow_server.SERVICE, proc, record)}, timeout=120)
-    return home, record["url"]
-
-
-def _stop_stack() -> None:
-    from bert_pipeline.stack import mlflow_server, processes
-    from bert_pipeline.stack.supervisor import stop_target
-
-    record = _STACK.pop("record", None)
-    if record is not None:
-        processes.stop_processes({"mlflow": stop_target(mlflow_server.SERVICE, record)})
 
 
 def test_output_that_is_a_directory_is_an_error_and_leaves_nothing(models, tmp_path, capsys):

@@ -23,10 +23,9 @@ import pytest
 from bert_core.errors import BertPipelineError
 from bert_core.launch.ports import free_ports
 from bert_pipeline import embedded_home
-from bert_pipeline.stack import mlflow_server, processes
-from bert_pipeline.stack.health import wait_healthy
+from bert_pipeline.stack import processes
 from bert_pipeline.stack.state import DEFAULT_PORTS, Stack
-from bert_pipeline.stack.supervisor import start, stop_target
+from tests import stack_fixture
 
 pytestmark = pytest.mark.slow  # a real MLflow server, and a `bert-pipeline run`
 
@@ -39,21 +38,12 @@ def mlflow_stack() -> Iterator[tuple[Path, str]]:
     HOME/mlflow.db, artifacts served from HOME/mlartifacts)."""
     root = Path(tempfile.mkdtemp(prefix="bert-stack-mlflow-"))
     home = root / "home"
-    (port,) = free_ports(1)
-    ports = {**DEFAULT_PORTS, "mlflow": port}
-    spec = mlflow_server.spec(home, ports)
-    home.joinpath("stack").mkdir(parents=True)
-    proc, record = start(home, spec)
-    stack = Stack(home)
-    stack.state.update(ports=ports, home=str(home), profile="default", services={"mlflow": record})
-    stack.save()
     try:
-        wait_healthy({"mlflow": (mlflow_server.SERVICE, proc, record)}, timeout=120)
-        # The store as the server makes it, before anything is logged: its Default experiment only.
-        _copy_store(home / "mlflow.db", root / "new-store.db")
-        yield home, record["url"]
+        with stack_fixture.mlflow_only_stack(home) as url:
+            # The store as the server makes it, before anything is logged: its Default experiment only.
+            _copy_store(home / "mlflow.db", root / "new-store.db")
+            yield home, url
     finally:
-        processes.stop_processes({"mlflow": stop_target(mlflow_server.SERVICE, record)})
         shutil.rmtree(root, ignore_errors=True)
 
 
