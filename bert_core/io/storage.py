@@ -115,7 +115,7 @@ def _names_missing_bucket(fn):
             uri = next((str(a) for a in (*args, *kwargs.values()) if is_s3(a)), None)
             if uri is None or not _is_missing_bucket(exc, split_s3(uri)[0]):
                 raise
-            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "AWS"
+            endpoint = s3_client().meta.endpoint_url  # what boto3 resolved (AWS_ENDPOINT_URL, a profile, AWS)
             raise BertPipelineError(f"{uri}: the S3 bucket {split_s3(uri)[0]!r} does not exist on {endpoint}: "
                                     "create it, or name a bucket that exists") from None
     return named

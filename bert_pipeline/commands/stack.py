@@ -123,7 +123,7 @@ def check_artifacts_destination(uri: str | None) -> None:
 
     bucket = uri.removeprefix("s3://").split("/", 1)[0]
     flag = f"--artifacts-destination {uri}"
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
     where = f"at {endpoint} (AWS_ENDPOINT_URL)" if endpoint else "on AWS (no AWS_ENDPOINT_URL set)"
     try:
         # A session of its own: boto3's default one keeps the credentials it found first.
