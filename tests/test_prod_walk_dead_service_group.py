@@ -15,13 +15,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from bert_pipeline.cli import main
 from bert_pipeline.stack import processes, supervisor
 from bert_pipeline.stack.state import DEFAULT_PORTS
-
-pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
 
 
 def _group_members(pgid: int) -> list[int]:
