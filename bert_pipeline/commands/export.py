@@ -75,6 +75,7 @@ def _register(cfg, result: dict, name: str, promote: bool, int8: bool = False) -
     from operators import registry
 
     model_dir, card = _registered_card(cfg, name)
+    finetuned = _finetune_output(model_dir)
     if int8:
         from bert_core.deploy.int8_gate import servable_int8_evaluation
 
@@ -88,11 +89,11 @@ def _register(cfg, result: dict, name: str, promote: bool, int8: bool = False) -
         metrics, source = result["evaluation"]["fp32"], "the export's evaluation on --eval-data"
     else:
         try:
-            metrics, source = manifest.read(Path(model_dir).parent)["metrics"], "the fine-tuning run's dev metrics"
+            metrics, source = manifest.read(finetuned)["metrics"], "the fine-tuning run's dev metrics"
         except (FileNotFoundError, BertPipelineError):
             raise BertPipelineError(f"{cfg.model}: no metrics to register it with: pass --eval-data (and "
                                     "--eval-task) or export from a fine-tuning output's model/") from None
-    chance, dev_sha256 = _dev_file_facts(cfg, card.task, Path(model_dir).parent, required=promote)
+    chance, dev_sha256 = _dev_file_facts(cfg, card.task, finetuned, required=promote)
     tags = {"metrics_from": source, "export": str(cfg.output)}
     if dev_sha256:
         tags[registry.DEV_DATA_TAG] = dev_sha256
@@ -141,7 +142,18 @@ def _own_name(card) -> str:
     return registry.model_name(card.task, bool(card.squad.get("version_2")))
 
 
-def _dev_file_facts(cfg, task: str, finetuned: Path, required: bool) -> tuple[dict[str, float] | None, str | None]:
+def _finetune_output(model_dir: Path) -> str:
+    """The fine-tuning output that `model_dir` is the model/ of: its parent directory, or for the cached copy of
+    an s3:// model its parent prefix on S3 (nothing of the output but model/ is beside the cached copy)."""
+    from bert_core.io import storage
+
+    source = storage.source_uri(model_dir)
+    if storage.is_s3(source):
+        return source.rstrip("/").rsplit("/", 1)[0]
+    return str(Path(source).parent)
+
+
+def _dev_file_facts(cfg, task: str, finetuned: str, required: bool) -> tuple[dict[str, float] | None, str | None]:
     """(chance metrics, sha256) of the dev file the registered metrics were scored on: --eval-data, else the
     first file the fine-tuning run scored (its scored.json, in its data dir). `required` (promotion): an error
     when that file cannot be read, since a first version would otherwise be promoted with no chance bar."""
@@ -153,7 +165,7 @@ def _dev_file_facts(cfg, task: str, finetuned: Path, required: bool) -> tuple[di
     if cfg.eval_data is not None:
         return chance_metrics(cfg.eval_task or task, cfg.eval_data), manifest.sha256_file(cfg.eval_data)
     try:
-        scored = json.loads((finetuned / SCORED).read_text())
+        scored = json.loads(storage.read_text(storage.join(finetuned, SCORED)))
         data_dir = manifest.read(finetuned)["config"]["data_dir"]
         return chance_of_output(scored, storage.local_dir(data_dir), task)
     except (OSError, KeyError, IndexError, ValueError, BertPipelineError) as exc:

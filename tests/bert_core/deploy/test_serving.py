@@ -443,3 +443,31 @@ def test_cli_processes_that_load_torch_and_onnx_runtime_always_exit_0(models, tm
         assert done.returncode == 0, f"run {i}: exit {done.returncode}\n{done.stderr[-3000:]}"
         answers.add(out.read_text())
     assert len(answers) == 1 and len(answers.pop().splitlines()) == 2
+
+
+def test_an_s3_model_is_registered_with_its_fine_tuning_runs_metrics(models, tmp_path, monkeypatch, capsys):
+    """`export --model s3://.../model --register NAME --promote` without --eval-data: the metrics and the dev file
+    are the fine-tuning output's on S3 (the model's cached copy has nothing beside it), as for a local model."""
+    from bert_core.io import storage
+    from bert_core.io.manifest import sha256_file
+    from bert_pipeline.cli import main
+    from operators import registry
+    from tests import multinode_cluster
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("BERT_PIPELINE_CACHE", str(tmp_path / "cache"))
+    with multinode_cluster.moto_s3():
+        storage.s3_client().create_bucket(Bucket="models")
+        storage.upload_dir(models["sst-2"], "s3://models/sst2-run")
+        assert main(["export", "--task", "classification", "--model", "s3://models/sst2-run/model", "--output",
+                     str(tmp_path / "onnx"), "--dynamic-batch", "--dynamic-seq", "--max-seq-length", "32",
+                     "--register", "bert-sst-2", "--promote"]) == 0
+    out = capsys.readouterr().out  # after moto's "Starting a new Thread ..." line
+    report = json.loads(out[out.index("{"):].split("\n}\n")[0] + "\n}")["registry"]
+    assert report["candidate_metrics"] == json.loads((models["sst-2"] / "manifest.json").read_text())["metrics"]
+    assert report["promoted"] and report["chance"] == {"accuracy": 0.5}, report
+    import mlflow
+
+    version = mlflow.MlflowClient().get_model_version("bert-sst-2", report["candidate"])
+    assert version.tags[registry.DEV_DATA_TAG] == sha256_file(models["sst-2"].parent / "sst2" / "dev.tsv")
