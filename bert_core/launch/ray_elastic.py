@@ -8,7 +8,11 @@ checkpoint after a failure, and its preemption watcher for drained nodes. This m
 - logs every change of the worker group's size as one line: "pretrain step 12: world size 2 -> 1 (worker
   rank 1 on node 3f2a.. died: ...)"; the step is the checkpoint the new group continues from (the last one
   reported), and records it in the run's MLflow run: the metric `world_size` at that step and a tag
-  `resize.N` holding the line;
+  `resize.N` holding the line. A group restarted at the same size after a failure is one line too
+  ("pretrain step 150: restarting the group of 2 worker(s) (...)", tag `restart.N`), and a group that cannot
+  be placed yet one line saying what is missing and when the run gives up ("waiting for 2 worker(s) of
+  {CPU: 1}, 1 placeable now; the run fails in 240 s ..."); Ray's retries of the same placement after its
+  worker-group startup timeout are not resizes and say nothing more;
 - fails the run when fewer than the minimum number of workers could be placed for longer than
   --placement-timeout, with one line naming what is missing, instead of Ray's wait that never ends;
 - keeps Ray 2.60's elastic policy from acting on a stale view of the cluster. The policy sizes the group from
@@ -138,6 +142,9 @@ class WorkerGroupWatch(ControllerCallback, ReportCallback):
         self.why = "start"
         self.waiting_since: float | None = None
         self.resizes = 0
+        self.restarts = 0
+        self.ran = False  # whether the group last scheduled reached RunningState (Ray may time out starting it)
+        self._told_wait: tuple[int, int] | None = None  # (wanted, placeable) of the last "waiting for" line
         self.elastic = elastic  # a MIN:MAX group: Ray's elastic policy decides its size
         self._refreshed = 0.0
         self._checked = 0.0  # last placeable-workers check of a running group
@@ -177,6 +184,8 @@ class WorkerGroupWatch(ControllerCallback, ReportCallback):
                          "deciding again", self.step_name, wanted, placeable)
                 raise WorkerGroupStartupFailedError(f"{wanted} workers wanted, {placeable} placeable now")
             self._resized(wanted)
+            if wanted > placeable:
+                self._waiting(wanted, placeable)
         self._check_placement(current_state)
 
     # -- helpers
@@ -197,16 +206,42 @@ class WorkerGroupWatch(ControllerCallback, ReportCallback):
         elif fits == self.world:
             self._refreshed_for = None
 
+    def _at(self) -> str:
+        return f"step {self.step}" if self.step is not None else "start"
+
     def _resized(self, new: int) -> None:
-        old, why = self.world, self.why
-        at = f"step {self.step}" if self.step is not None else "start"
+        """A group of `new` workers is about to be placed. Only a change of size is a resize (a line, a
+        `resize.N` tag, the `world_size` metric). A group of the same size again is a restart after a failure
+        (a line and a `restart.N` tag), or, when the previous group never started (Ray's worker-group startup
+        timed out: too few resources), another try at the same placement: nothing new to say, the "waiting
+        for" line has said what is missing."""
+        old, why, ran = self.world, self.why, self.ran
+        at = self._at()
+        self.world, self.why, self.ran = new, "resources changed", False
         if old == 0 and why == "start":
             self._say(f"{at}: world size {new} (minimum {self.min_workers})", level=logging.INFO)
+        elif new == old and not ran:
+            return
+        elif new == old:
+            self.restarts += 1
+            self._say(f"{at}: restarting the group of {new} worker(s) ({why})", tag=f"restart.{self.restarts}")
+            return
         else:
             self.resizes += 1
             self._say(f"{at}: world size {old} -> {new} ({why})", tag=f"resize.{self.resizes}")
         self._record(new)
-        self.world, self.why = new, "resources changed"
+
+    def _waiting(self, wanted: int, placeable: int) -> None:
+        """One line when a group cannot be placed yet, saying what is missing and when the run gives up (Ray's
+        own wait says nothing until its 60 s worker-group startup timeout, then repeats a traceback)."""
+        if self._told_wait == (wanted, placeable):
+            return
+        self._told_wait = (wanted, placeable)
+        waited = time.monotonic() - self.waiting_since if self.waiting_since is not None else 0.0
+        left = max(0.0, self.placement_timeout_s - waited)
+        self._say(f"{self._at()}: waiting for {wanted} worker(s) of {format_resources(self.resources)}, "
+                  f"{placeable} placeable now; the run fails in {math.ceil(left)} s (--placement-timeout "
+                  f"{self.placement_timeout_s:g}) unless nodes with these resources join")
 
     def _say(self, text: str, level: int = logging.WARNING, tag: str | None = None) -> None:
         line = f"{self.step_name} {text}"
@@ -231,7 +266,8 @@ class WorkerGroupWatch(ControllerCallback, ReportCallback):
 
     def _check_placement(self, state: Any) -> None:
         if isinstance(state, RunningState) or isinstance(state, PreemptingState):
-            self.waiting_since = None
+            self.waiting_since, self._told_wait = None, None
+            self.ran = True
             return
         if not isinstance(state, _WAITING):
             return

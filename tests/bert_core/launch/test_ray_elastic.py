@@ -46,3 +46,118 @@ def test_a_fixed_group_never_refreshes(monkeypatch):
     watch, refreshed = _watch(monkeypatch, placeable, elastic=False)
     _tick(watch)
     assert refreshed == []
+
+
+# -- what the watch says while a group is restarted or cannot be placed (the controller's states, driven here as Ray's
+# controller drives them; the walk that found it: a worker node's raylet SIGKILLed under a fixed group of 2 on a
+# loopback cluster, which logged "world size 2 -> 2" and a resize.N tag for each of Ray's 60 s startup retries)
+
+from ray.train.v2._internal.execution.controller.state import (  # noqa: E402
+    InitializingState,
+    ReschedulingState,
+    RestartingState,
+    SchedulingState,
+)
+from ray.train.v2._internal.execution.scaling_policy.scaling_policy import ResizeDecision  # noqa: E402
+
+
+class _Failed(Exception):
+    def __init__(self, message: str, ranks: tuple[int, ...] = ()):
+        super().__init__(message)
+        self.worker_failures = {rank: RuntimeError(message) for rank in ranks}
+
+
+class _Client:
+    def __init__(self):
+        self.tags: dict[str, str] = {}
+        self.world_size: list[tuple[int, float]] = []
+
+    def set_tag(self, run_id, key, value):
+        self.tags[key] = value
+
+    def log_metric(self, run_id, key, value, step=0):
+        self.world_size.append((step, value))
+
+
+class _Driver:
+    """Feeds the watch the controller's state updates; `placeable[0]` is what the nodes hold."""
+
+    def __init__(self, monkeypatch, watch: WorkerGroupWatch, placeable: list[int]):
+        monkeypatch.setattr(ray_elastic, "placeable_workers", lambda resources: placeable[0])
+        monkeypatch.setattr(ray_elastic, "refresh_cluster_view", lambda: None)
+        self.watch, self.state = watch, None
+        watch.mlflow_run_id, watch._client = "run", _Client()
+        self.lines: list[str] = []
+        monkeypatch.setattr(ray_elastic.log, "log", lambda level, fmt, line: self.lines.append(line))
+
+    def to(self, state) -> None:
+        self.watch.after_controller_state_update(self.state, state)
+        self.state = state
+
+    def schedule(self, workers: int) -> None:
+        self.to(SchedulingState(ResizeDecision(num_workers=workers, resources_per_worker={"CPU": 1.0})))
+
+
+STARTUP_TIMEOUT = "The worker group startup timed out after 60.0 seconds waiting for 2 workers."
+
+
+def test_a_fixed_group_restarted_after_a_node_loss_is_no_resize_and_says_what_it_waits_for(monkeypatch):
+    placeable = [2]
+    watch = WorkerGroupWatch("pretrain", 2, {"CPU": 1.0}, 300.0)
+    run = _Driver(monkeypatch, watch, placeable)
+    run.to(InitializingState())
+    run.schedule(2)
+    run.to(RunningState())
+    watch.after_report(None, [{"step": 150}])
+    run.to(RestartingState(_Failed("A worker health check failed.", ranks=(0, 1))))
+    run.schedule(2)  # the lost node is not marked dead yet: Ray tries, and times out 60 s later
+    placeable[0] = 1
+    for _ in range(3):  # Ray's retries of the same placement, each after its startup timeout
+        run.to(ReschedulingState(_Failed(STARTUP_TIMEOUT)))
+        run.schedule(2)
+    placeable[0] = 2  # the node is back
+    run.to(ReschedulingState(_Failed(STARTUP_TIMEOUT)))
+    run.schedule(2)
+    run.to(RunningState())
+
+    assert run.lines[0] == "pretrain start: world size 2 (minimum 2)"
+    assert run.lines[1] == ("pretrain step 150: restarting the group of 2 worker(s) (worker rank 0, 1 failed: "
+                            "A worker health check failed.)")
+    assert len(run.lines) == 3, run.lines  # the waiting line once, however often Ray tries again
+    assert run.lines[2].startswith("pretrain step 150: waiting for 2 worker(s) of {CPU: 1}, 1 placeable now; the "
+                                   "run fails in "), run.lines
+    assert run.lines[2].endswith(" s (--placement-timeout 300) unless nodes with these resources join")
+    client = watch._client
+    assert not [k for k in client.tags if k.startswith("resize.")], client.tags  # the size never changed
+    assert client.tags["restart.1"] == run.lines[1]
+    assert client.world_size == [(0, 2.0)]
+
+
+def test_more_workers_than_the_cluster_holds_are_waited_for_with_one_line(monkeypatch):
+    watch = WorkerGroupWatch("pretrain", 3, {"CPU": 1.0}, 90.0)
+    run = _Driver(monkeypatch, watch, [2])
+    run.to(InitializingState())
+    run.schedule(3)
+    run.to(ReschedulingState(_Failed(STARTUP_TIMEOUT)))
+    run.schedule(3)
+    assert run.lines[0] == "pretrain start: world size 3 (minimum 3)"
+    assert run.lines[1:] == ["pretrain start: waiting for 3 worker(s) of {CPU: 1}, 2 placeable now; the run fails "
+                             "in 90 s (--placement-timeout 90) unless nodes with these resources join"], run.lines
+    assert list(watch._client.tags) == []
+
+
+def test_a_group_that_shrinks_is_still_a_resize(monkeypatch):
+    placeable = [2]
+    watch = WorkerGroupWatch("pretrain", 1, {"CPU": 1.0}, 300.0, elastic=True, max_workers=2)
+    run = _Driver(monkeypatch, watch, placeable)
+    run.to(InitializingState())
+    run.schedule(2)
+    run.to(RunningState())
+    watch.after_report(None, [{"step": 10}])
+    placeable[0] = 1
+    run.to(RestartingState(_Failed("A worker health check failed.", ranks=(1,))))
+    run.schedule(1)
+    run.to(RunningState())
+    assert run.lines[1] == "pretrain step 10: world size 2 -> 1 (worker rank 1 failed: A worker health check failed.)"
+    assert watch._client.tags == {"resize.1": run.lines[1]}
+    assert watch._client.world_size == [(0, 2.0), (10, 1.0)]
