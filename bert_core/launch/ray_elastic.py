@@ -160,7 +160,8 @@ class WorkerGroupWatch(ControllerCallback, ReportCallback):
 
     def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
         if isinstance(current_state, (RestartingState, ReschedulingState)) and current_state is not previous_state:
-            self.why = describe_failure(current_state.training_failed_error)
+            if self.ran or self.why == "resources changed":  # else: a retry of a group that never started; the
+                self.why = describe_failure(current_state.training_failed_error)  # failure that lost the last one
         elif isinstance(current_state, PreemptingState) and not isinstance(previous_state, PreemptingState):
             info = current_state.preemption_info
             left = "" if info.deadline_ms is None else f", deadline in {info.deadline_ms / 1000 - time.time():.0f} s"
@@ -217,18 +218,20 @@ class WorkerGroupWatch(ControllerCallback, ReportCallback):
         for" line has said what is missing."""
         old, why, ran = self.world, self.why, self.ran
         at = self._at()
-        self.world, self.why, self.ran = new, "resources changed", False
+        self.world, self.ran = new, False
+        if new == old and why not in ("start", "resources changed"):  # the failure stays the reason until a group runs
+            if ran:
+                self.restarts += 1
+                self._say(f"{at}: restarting the group of {new} worker(s) ({why})", tag=f"restart.{self.restarts}")
+            return
+        self.why = "resources changed"
         if old == 0 and why == "start":
             self._say(f"{at}: world size {new} (minimum {self.min_workers})", level=logging.INFO)
-        elif new == old and not ran:
-            return
-        elif new == old:
-            self.restarts += 1
-            self._say(f"{at}: restarting the group of {new} worker(s) ({why})", tag=f"restart.{self.restarts}")
-            return
-        else:
+        elif new != old:
             self.resizes += 1
             self._say(f"{at}: world size {old} -> {new} ({why})", tag=f"resize.{self.resizes}")
+        else:
+            return
         self._record(new)
 
     def _waiting(self, wanted: int, placeable: int) -> None:

@@ -161,3 +161,26 @@ def test_a_group_that_shrinks_is_still_a_resize(monkeypatch):
     assert run.lines[1] == "pretrain step 10: world size 2 -> 1 (worker rank 1 failed: A worker health check failed.)"
     assert watch._client.tags == {"resize.1": run.lines[1]}
     assert watch._client.world_size == [(0, 2.0), (10, 1.0)]
+
+
+def test_an_elastic_group_whose_first_restart_never_starts_shrinks_for_the_failure_that_lost_the_node(monkeypatch):
+    """Right after a node loss Ray's view still holds the lost node: the group is restarted at 2, times out, and then
+    shrinks. The resize names the worker failure, not Ray's startup timeout."""
+    placeable = [2]
+    watch = WorkerGroupWatch("pretrain", 1, {"CPU": 1.0}, 300.0, elastic=True, max_workers=2)
+    run = _Driver(monkeypatch, watch, placeable)
+    run.to(InitializingState())
+    run.schedule(2)
+    run.to(RunningState())
+    watch.after_report(None, [{"step": 150}])
+    run.to(RestartingState(_Failed("A worker health check failed.", ranks=(0, 1))))
+    run.schedule(2)
+    placeable[0] = 1
+    run.to(ReschedulingState(_Failed(STARTUP_TIMEOUT)))
+    run.schedule(1)
+    run.to(RunningState())
+    assert run.lines[1:] == [
+        "pretrain step 150: restarting the group of 2 worker(s) (worker rank 0, 1 failed: A worker health check "
+        "failed.)",
+        "pretrain step 150: world size 2 -> 1 (worker rank 0, 1 failed: A worker health check failed.)"]
+    assert watch._client.world_size == [(0, 2.0), (150, 1.0)]
