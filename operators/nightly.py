@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 EXPERIMENT = "bert-nightly"
 STATUS_TAG = "nightly.status"
 HISTORY_NIGHTS = 14
+# How far back a champion's figure looks for the last good night that scored it (a model left out of some nights).
+QUALITY_REFERENCE_NIGHTS = 100
 SPEED_KEYS = ("throughput/", "time_to_accuracy/")  # ratios to transformers measured in the same night
 # Conf keys the form shipped under another name: still accepted, with a warning.
 RENAMED = {"throughput_seq_len": "throughput_max_seq_length"}
@@ -212,6 +214,10 @@ def _good_nights(client, experiment_id: str, count: int) -> list[Any]:
                               order_by=["attributes.start_time DESC"], max_results=count)
 
 
+def _when(run: Any) -> str:
+    return dt.datetime.fromtimestamp(run.info.start_time / 1000, tz=dt.UTC).isoformat(timespec="minutes")
+
+
 def _history(client, experiment_id: str) -> list[Any]:
     runs = client.search_runs([experiment_id], filter_string=f"tags.`{STATUS_TAG}` != ''",
                               order_by=["attributes.start_time DESC"], max_results=HISTORY_NIGHTS - 1)
@@ -248,8 +254,12 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
     ensure_experiment(EXPERIMENT)
     tracker = build_tracker(True, experiment=EXPERIMENT, run_name="nightly")
     client = mlflow.MlflowClient(tracker.tracking_uri)
-    good = _good_nights(client, tracker.experiment_id, nights)
-    last = good[0] if good else None
+    # Newest first. The speed ratios' window is the last `nights` of them; a champion's figure is compared with the
+    # newest of them that scored it: a night that skipped a model (`models` naming others, its evaluation skipped)
+    # would otherwise leave it no reference, and the next night's drop would pass unseen.
+    passed = _good_nights(client, tracker.experiment_id, max(nights, QUALITY_REFERENCE_NIGHTS))
+    good = passed[:nights]
+    last = passed[0] if passed else None
     history = _history(client, tracker.experiment_id)
     notes: list[str] = []
     sections = []
@@ -257,24 +267,32 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
         notes.append("No earlier night passed: tonight is the first reference; nothing compared night over night.")
         vs_last = []
     else:
-        reference = dict(last.data.metrics)
-        reference.update(median_reference([dict(r.data.metrics) for r in good],
-                                          [k for k in tonight if k.startswith(SPEED_KEYS)]))
+        reference = median_reference([dict(r.data.metrics) for r in good],
+                                     [k for k in tonight if k.startswith(SPEED_KEYS)])
         keys = []
         for key in sorted(tonight):
             model = key.split("/", 1)[0]
             if key.startswith(SPEED_KEYS) or model not in champions:
                 keys.append(key)
                 continue
+            source = next((r for r in passed if key in r.data.metrics), None)
+            if source is None:
+                notes.append(f"{key}: no earlier good night scored it; tonight is its first reference.")
+                continue
             task = champions[model]["task"]
-            old = {k: v for k, v in last.data.params.items() if k.startswith(f"data_sha256.{task}.")}
+            old = {k: v for k, v in source.data.params.items() if k.startswith(f"data_sha256.{task}.")}
             new = {k: v for k, v in pins.items() if k.startswith(f"data_sha256.{task}.")}
             if old and old != new:
-                notes.append(f"{key}: the pinned {task} data changed since the last good night; not compared.")
+                notes.append(f"{key}: the pinned {task} data changed since the last good night that scored it; "
+                             "not compared.")
                 continue
+            reference[key] = source.data.metrics[key]
+            if source is not last:
+                notes.append(f"{key}: against MLflow run {source.info.run_id} ({_when(source)}), the last good "
+                             "night that scored it.")
             keys.append(key)
         vs_last = [f for f in compare(tonight, reference, tolerances, keys) if f.reference is not None]
-        when = dt.datetime.fromtimestamp(last.info.start_time / 1000, tz=dt.UTC).isoformat(timespec="minutes")
+        when = _when(last)
         sections.append(("Tonight against the last good night",
                          f"Champions on the pinned data and throughput ratios, against MLflow run {last.info.run_id} "
                          f"({when}). Versions tonight: "

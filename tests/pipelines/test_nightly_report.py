@@ -72,3 +72,21 @@ def test_a_candidate_promotion_rejected_is_shown_not_counted(home):
     report = (home / "night2" / "report" / "report.md").read_text()
     assert ("bert-sst-2: candidate v2 was rejected at promotion (accuracy: 0.4 is worse than the champion's 0.9): "
             "its figures against champion v1 are shown, not counted.") in report
+
+
+def test_a_champion_left_out_of_a_night_is_compared_with_the_last_night_that_scored_it(home):
+    """A night that passed without a model (`models` naming others) was the next night's only reference: the model's
+    figure had none there and was not compared, so a champion that fell from 0.9 to 0.4 passed."""
+    from bert_core.errors import BertPipelineError
+    from operators import nightly
+
+    squad = {"name": "bert-squad", "task": "squad", "version": "1", "role": "champion",
+             "metrics": {"f1": 50.0, "exact_match": 50.0}, "data_sha256": {"dev-v1.1.json": "b" * 64}}
+    first = nightly.compare_and_report([SST2, squad], {}, str(home / "night1"))
+    assert nightly.compare_and_report([squad], {}, str(home / "night2"))["status"] == "passed"
+    worse = {**SST2, "version": "3", "metrics": {"accuracy": 0.4}}
+    with pytest.raises(BertPipelineError, match=r"bert-sst-2/accuracy 0.4 vs 0.9 .*\(champion v3 against the last "):
+        nightly.compare_and_report([worse, squad], {}, str(home / "night3"))
+    report = (home / "night3" / "report" / "report.md").read_text()
+    assert f"bert-sst-2/accuracy: against MLflow run {first['mlflow_run_id']}" in report
+    assert "| bert-squad/f1 | 50 | 50 |" in report
