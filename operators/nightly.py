@@ -50,25 +50,80 @@ def _bundled_data() -> dict[str, str]:
     return {"sst-2": demo_data("sst2"), "squad": demo_data("squad")}
 
 
+def pinned_data(params: dict[str, Any]) -> dict[str, str]:
+    """Task (as the catalog names it) -> pinned dev data directory: the `data` param, else the bundled sets."""
+    from bert_core.errors import BertPipelineError
+    from bert_core.tasks import catalog as tasks
+
+    data = {}
+    for key, directory in (params.get("data") or {}).items():
+        try:
+            task = tasks.get(key).name
+        except BertPipelineError as exc:
+            raise BertPipelineError(f"data: {exc}") from None
+        if not isinstance(directory, str) or not directory:
+            raise BertPipelineError(f"data.{key}: expected a dev data directory (local or s3://), got {directory!r}")
+        data[task] = directory
+    return data or _bundled_data()
+
+
+def check_conf(params: dict[str, Any]) -> None:
+    """What a later task of the night would refuse, refused by its first task, naming the Param: the speed tasks
+    otherwise ran for minutes (the BERT-base step and the time to accuracy take 7 min on 2 cores) before a misspelt
+    architecture or a missing data directory failed the night."""
+    from bert_core.errors import BertPipelineError
+    from bert_core.io import storage
+    from bert_core.model.zoo import architecture_config
+
+    for task, directory in pinned_data(params).items():
+        if not storage.exists(directory):
+            raise BertPipelineError(f"data.{task}: {directory}: no such directory (the pinned dev data of {task})")
+    names = [(f"{param}[{i}]", name) for param in ("throughput_configs", "pretrain_step_configs")
+             for i, name in enumerate(params.get(param) or [])]
+    if params.get("convergence_config"):
+        names.append(("convergence_config", params["convergence_config"]))
+    for param, name in names:
+        try:
+            architecture_config(name)
+        except BertPipelineError as exc:
+            raise BertPipelineError(f"{param}: {exc}") from None
+    for param in ("convergence_corpus", "convergence_vocab"):
+        if params.get(param) and not storage.exists(params[param]):
+            raise BertPipelineError(f"{param}: {params[param]}: no such file or directory")
+
+
 def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
     """The night's work: which model versions to evaluate on which pinned data."""
+    import difflib
+
     from bert_core.errors import BertPipelineError
     from bert_core.tasks import catalog as tasks
     from operators import registry
+    from operators.run_records import tracking_uri_to_record
     from operators.tasks import ensure_experiment
 
     ensure_experiment(EXPERIMENT)
-    data = {tasks.get(t).name: d for t, d in (params.get("data") or {}).items()} or _bundled_data()
+    data = pinned_data(params)
     wanted = list(params.get("models") or [])
-    names = wanted or [n for n in registry.registered_names() if n != registry.PRETRAINED]
+    registered = registry.registered_names()
+    for name in wanted:
+        if name not in registered:
+            close = difflib.get_close_matches(name, registered, n=1)
+            raise BertPipelineError(
+                f"models: {name!r} is not a registered model"
+                + (f" (did you mean {close[0]}?)" if close else "")
+                + (f"; the registry at {tracking_uri_to_record()} holds {', '.join(registered)}" if registered
+                   else f"; the registry at {tracking_uri_to_record()} holds none (register one: bert_finetune, "
+                        "or bert-pipeline export --register)"))
+    names = wanted or [n for n in registered if n != registry.PRETRAINED]
     specs = []
     for name in names:
         task = name.removeprefix("bert-")
         try:
             task = tasks.get(task).name
-        except BertPipelineError:
+        except BertPipelineError as exc:
             if wanted:
-                raise
+                raise BertPipelineError(f"models: {name} is not a task model (bert-<task>): {exc}") from None
             continue
         if task not in data:
             if wanted:
@@ -94,9 +149,10 @@ def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
 def evaluate_version(spec: dict[str, Any], work: str) -> dict[str, Any]:
     """Dev metrics of one registered version on its pinned data; returns `spec` with `metrics`, `data_sha256`
     (the dev files scored), `settings` and `predictions` (where the prediction files went)."""
+    from bert_core.errors import BertPipelineError
     from bert_core.finetune.evaluate import settings_from_manifest
     from bert_core.io import manifest, storage
-    from evaluation.rescore import rescore
+    from evaluation.rescore import dev_files_sha256, rescore
     from operators import registry
 
     output = registry.version_tags(spec["name"], spec["version"]).get("output")
@@ -107,6 +163,11 @@ def evaluate_version(spec: dict[str, Any], work: str) -> dict[str, Any]:
         except (FileNotFoundError, OSError, ValueError):  # the training output is gone: the task's defaults
             log.warning("%s v%s: no finetune manifest at %s; evaluating with default settings",
                         spec["name"], spec["version"], output)
+    try:  # the pinned data's dev file, before the model is downloaded; its error names the Param
+        dev_files_sha256(spec["task"], spec["data_dir"], bool(settings.get("version_2")))
+    except BertPipelineError as exc:
+        raise BertPipelineError(f"data.{spec['task']} (the pinned dev data {spec['name']} v{spec['version']} is "
+                                f"scored on): {exc}") from None
     target = storage.join(work, "evaluations", f"{spec['name']}-v{spec['version']}")
     with registry.downloaded_model_dir(f"models:/{spec['name']}/{spec['version']}") as model_dir:
         scored = rescore(model_dir, spec["task"], spec["data_dir"], target, settings)

@@ -127,10 +127,12 @@ CONVERGENCE_FIELDS = ("steps", "batch_size", "max_seq_length", "max_predictions"
      catchup=False, max_active_runs=1, params=PARAMS, tags=["bert", "nightly"], doc_md=__doc__)
 def bert_nightly_regression():
     # The first task checks the conf, as the other DAGs' `plan` does: a misspelt tolerance would otherwise be
-    # ignored and the night judged on the default.
+    # ignored and the night judged on the default; and its values, which the speed tasks would otherwise refuse
+    # only after minutes of benchmarks.
     @bert_task
     def work_dir(params=None, run_id=None) -> str:
         check_conf_keys(params, (*PARAMS, *former_conf_keys("bert_nightly_regression")), "bert_nightly_regression")
+        nightly.check_conf(params)
         return locations.run_dir("bert_nightly_regression", params, run_id)
 
     @bert_task

@@ -265,6 +265,9 @@ def test_nightly_fails_a_misspelt_param_at_its_first_task(dagbag, tmp_path):
     # The deprecated name is still a known key (the throughput task moves it to its current name).
     assert work_dir(params={**params, "throughput_seq_len": 16, "work_dir": str(tmp_path / "night")},
                     run_id="manual__1") == str(tmp_path / "night")
+    # A misspelt architecture too: the speed tasks refused it only after minutes of benchmarks.
+    with pytest.raises(AirflowFailException, match=r"throughput_configs\[0\]: unknown model 'bert_base'"):
+        work_dir(params={**params, "throughput_configs": ["bert_base"]}, run_id="manual__1")
 
 
 def test_nightly_throughput_reads_the_former_name_of_its_length(dagbag, caplog, monkeypatch):
