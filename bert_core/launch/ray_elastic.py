@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import time
 from typing import Any
 
@@ -95,17 +96,53 @@ def describe_failure(error: BaseException) -> str:
     return _first_line(getattr(error, "controller_failure", None) or error)
 
 
-def placeable_workers(resources: dict[str, float]) -> int:
+# A node whose raylet is gone (its machine vanished, or the process was killed) stays alive in the GCS until its
+# health checks have failed (~15 s with Ray's defaults), while the workers on it fail within a second or two. So a
+# node counts as live only when its raylet also accepts a TCP connection at NodeManagerAddress:NodeManagerPort
+# within RAYLET_PROBE_S: a killed raylet's port refuses at once, a vanished machine's times out.
+RAYLET_PROBE_S = 1.0
+# How long a group's placement waits for the GCS to mark dead the nodes whose raylets no longer answer, before
+# Ray's elastic policy decides again (it sizes groups from the GCS's view of the nodes).
+GCS_CATCH_UP_S = 45.0
+
+
+def raylet_answers(node: dict[str, Any]) -> bool:
+    """Whether the node's raylet accepts a TCP connection (True when ray.nodes() names no address for it)."""
+    host, port = node.get("NodeManagerAddress"), node.get("NodeManagerPort")
+    if not host or not port:
+        return True
+    try:
+        socket.create_connection((host, int(port)), timeout=RAYLET_PROBE_S).close()
+        return True
+    except OSError:
+        return False
+
+
+def _own_node_id() -> str | None:
+    """This process's node, when it is connected to Ray (asking the runtime context otherwise starts a local Ray)."""
+    if not ray.is_initialized():
+        return None
+    try:
+        return ray.get_runtime_context().get_node_id()
+    except Exception:
+        return None
+
+
+def placeable_workers(resources: dict[str, float], probe: bool = True) -> int:
     """How many workers needing `resources` fit on the cluster's live nodes that are not draining (their total
-    resources)."""
+    resources). With `probe`, a node the GCS still lists as alive but whose raylet does not answer counts as
+    lost; without, this is the GCS's (and Ray's elastic policy's) view."""
     try:
         draining = set(ray._private.state.state.get_draining_nodes())
     except Exception:  # an older GCS without the call: count every live node
         draining = set()
+    live = [n for n in ray.nodes() if n.get("Alive") and n.get("NodeID") not in draining]
+    if probe:
+        answers = {n.get("NodeID"): raylet_answers(n) for n in live}
+        if answers.get(_own_node_id(), True):  # else this node cannot reach its own raylet's address: no probing
+            live = [n for n in live if answers[n.get("NodeID")]]
     count = 0
-    for node in ray.nodes():
-        if not node.get("Alive") or node.get("NodeID") in draining:
-            continue
+    for node in live:
         have = node.get("Resources", {})
         count += min((int(have.get(k, 0.0) // v) for k, v in resources.items() if v > 0), default=0)
     return count
@@ -181,6 +218,7 @@ class WorkerGroupWatch(ControllerCallback, ReportCallback):
             wanted = current_state.scaling_decision.num_workers
             placeable = placeable_workers(self.resources)
             if wanted > placeable >= self.min_workers and self.elastic:
+                self._await_gcs(placeable)
                 log.info("%s: Ray decided on %d workers from a stale view of the cluster (%d placeable now): "
                          "deciding again", self.step_name, wanted, placeable)
                 raise WorkerGroupStartupFailedError(f"{wanted} workers wanted, {placeable} placeable now")
@@ -190,6 +228,16 @@ class WorkerGroupWatch(ControllerCallback, ReportCallback):
         self._check_placement(current_state)
 
     # -- helpers
+
+    def _await_gcs(self, placeable: int) -> None:
+        """Wait (at most GCS_CATCH_UP_S) until the GCS no longer counts more workers than the nodes whose raylets
+        answer hold: a node lost a moment ago is still alive there, and Ray's elastic policy, which decides again
+        once this turns its decision back, would size the group to include it again. Waiting here costs the seconds
+        the GCS takes to notice the loss, not Ray's 60 s worker-group startup timeout at the old size."""
+        deadline = time.monotonic() + GCS_CATCH_UP_S
+        while placeable_workers(self.resources, probe=False) > placeable and time.monotonic() < deadline:
+            time.sleep(1.0)
+        refresh_cluster_view()
 
     def _watch_running_group(self) -> None:
         """Refresh the elastic policy's view once the live nodes could hold another number of workers than the

@@ -11,7 +11,7 @@ from bert_core.launch.ray_elastic import WorkerGroupWatch
 
 def _watch(monkeypatch, placeable: list[int], elastic: bool = True) -> tuple[WorkerGroupWatch, list[int]]:
     refreshed: list[int] = []
-    monkeypatch.setattr(ray_elastic, "placeable_workers", lambda resources: placeable[0])
+    monkeypatch.setattr(ray_elastic, "placeable_workers", lambda resources, probe=True: placeable[0])
     monkeypatch.setattr(ray_elastic, "refresh_cluster_view", lambda: refreshed.append(placeable[0]))
     watch = WorkerGroupWatch("pretrain", 1, {"CPU": 1.0}, 60.0, elastic=elastic, max_workers=2 if elastic else 1)
     watch.RUNNING_CHECK_S = 0.0
@@ -83,7 +83,7 @@ class _Driver:
     """Feeds the watch the controller's state updates; `placeable[0]` is what the nodes hold."""
 
     def __init__(self, monkeypatch, watch: WorkerGroupWatch, placeable: list[int]):
-        monkeypatch.setattr(ray_elastic, "placeable_workers", lambda resources: placeable[0])
+        monkeypatch.setattr(ray_elastic, "placeable_workers", lambda resources, probe=True: placeable[0])
         monkeypatch.setattr(ray_elastic, "refresh_cluster_view", lambda: None)
         self.watch, self.state = watch, None
         watch.mlflow_run_id, watch._client = "run", _Client()
@@ -184,3 +184,67 @@ def test_an_elastic_group_whose_first_restart_never_starts_shrinks_for_the_failu
         "failed.)",
         "pretrain step 150: world size 2 -> 1 (worker rank 0, 1 failed: A worker health check failed.)"]
     assert watch._client.world_size == [(0, 2.0), (150, 1.0)]
+
+
+# -- a node whose raylet is gone counts as lost at once, not when the GCS has noticed (~15 s later)
+
+import socket  # noqa: E402
+
+import pytest  # noqa: E402
+from ray.train.v2._internal.exceptions import WorkerGroupStartupFailedError  # noqa: E402
+
+
+def test_a_node_whose_raylet_does_not_answer_is_not_placeable(monkeypatch):
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused, as a killed raylet's port
+    nodes = [{"NodeID": node, "Alive": True, "Resources": {"CPU": 1.0}, "NodeManagerAddress": "127.0.0.1",
+              "NodeManagerPort": sock.getsockname()[1]} for node, sock in (("a", listening), ("b", closed))]
+    nodes.append({"NodeID": "head", "Alive": True, "Resources": {}})
+    monkeypatch.setattr(ray_elastic.ray, "nodes", lambda: nodes)
+    monkeypatch.setattr(ray_elastic.ray._private.state.state, "get_draining_nodes", lambda: {})
+    try:
+        monkeypatch.setattr(ray_elastic, "_own_node_id", lambda: "head")
+        assert ray_elastic.placeable_workers({"CPU": 1.0}) == 1
+        assert ray_elastic.placeable_workers({"CPU": 1.0}, probe=False) == 2  # the GCS's view
+        # A node that cannot reach its own raylet's address (a machine whose external address it cannot reach from
+        # itself) cannot tell lost nodes from unreachable ones: it takes the GCS's view.
+        monkeypatch.setattr(ray_elastic, "_own_node_id", lambda: "b")
+        assert ray_elastic.placeable_workers({"CPU": 1.0}) == 2
+    finally:
+        listening.close()
+        closed.close()
+
+
+def test_a_stale_elastic_decision_waits_for_the_gcs_to_see_the_loss_then_decides_again(monkeypatch):
+    """The lost node's raylet is gone but the GCS lists it for a few more seconds: the watch turns Ray's decision
+    for 2 workers back once the GCS agrees, so that Ray decides again on a view without the node (not on the same
+    stale one, and not after its 60 s startup timeout at the old size)."""
+    gcs = [2]
+    polls: list[int] = []
+    clock = [0.0]
+
+    def placeable(resources, probe=True):
+        if probe:
+            return 1
+        polls.append(gcs[0])
+        return gcs[0]
+
+    def sleep(seconds):
+        clock[0] += seconds
+        if clock[0] >= 3:
+            gcs[0] = 1  # the health checks have failed: the GCS marks the node dead
+
+    monkeypatch.setattr(ray_elastic, "placeable_workers", placeable)
+    monkeypatch.setattr(ray_elastic, "refresh_cluster_view", lambda: None)
+    monkeypatch.setattr(ray_elastic.time, "sleep", sleep)
+    watch = WorkerGroupWatch("pretrain", 1, {"CPU": 1.0}, 300.0, elastic=True, max_workers=2)
+    watch.world, watch.ran = 2, True
+    with pytest.raises(WorkerGroupStartupFailedError):
+        watch.after_controller_state_update(
+            RestartingState(_Failed("A worker health check failed.", ranks=(1,))),
+            SchedulingState(ResizeDecision(num_workers=2, resources_per_worker={"CPU": 1.0})))
+    assert polls == [2, 2, 2, 1]
+
