@@ -48,7 +48,11 @@ import time
 from typing import Any
 
 import ray
-from ray.train.v2._internal.exceptions import WorkerGroupStartupFailedError
+from ray.train.v2._internal.exceptions import (
+    WorkerGroupStartupFailedError,
+    WorkerHealthCheckFailedError,
+    WorkerHealthCheckTimeoutError,
+)
 from ray.train.v2._internal.execution.callback import ControllerCallback, ReportCallback
 from ray.train.v2._internal.execution.controller.state import (
     InitializingState,
@@ -77,6 +81,9 @@ class PlacementTimeoutError(BertPipelineError):
     """Fewer than the minimum number of workers could be placed for longer than --placement-timeout."""
 
 
+_WORKER_LOST = (WorkerHealthCheckFailedError, WorkerHealthCheckTimeoutError)
+
+
 def _first_line(error: BaseException | None, limit: int = 200) -> str:
     text = str(error or "").strip().splitlines()
     line = next((t.strip() for t in text if t.strip() and not t.startswith("Training failed")), "") or repr(error)
@@ -92,7 +99,10 @@ def describe_failure(error: BaseException) -> str:
     failures: dict[int, BaseException] = getattr(error, "worker_failures", None) or {}
     if failures:
         ranks = sorted(failures)
-        return f"worker rank {', '.join(map(str, ranks))} failed: {_first_line(failures[ranks[0]])}"
+        # A lost node fails its workers' health checks, and the other workers then fail in their next collective
+        # ("gloo ... Connection closed by peer"): the health check says what happened, whichever rank it was.
+        lost = [r for r in ranks if isinstance(failures[r], _WORKER_LOST)]
+        return f"worker rank {', '.join(map(str, ranks))} failed: {_first_line(failures[(lost or ranks)[0]])}"
     return _first_line(getattr(error, "controller_failure", None) or error)
 
 

@@ -248,3 +248,13 @@ def test_a_stale_elastic_decision_waits_for_the_gcs_to_see_the_loss_then_decides
             SchedulingState(ResizeDecision(num_workers=2, resources_per_worker={"CPU": 1.0})))
     assert polls == [2, 2, 2, 1]
 
+
+def test_a_lost_worker_is_named_by_its_health_check_not_by_the_survivors_collective_error():
+    """Walked: rank 1's node lost; rank 0 failed too, in its next all-reduce. The line named rank 0's gloo error."""
+    from ray.train.v2._internal.exceptions import WorkerHealthCheckFailedError
+
+    error = _Failed("")
+    error.worker_failures = {
+        0: RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:50891."),
+        1: WorkerHealthCheckFailedError("A worker health check failed.\nWorker info: ...", RuntimeError("gone"))}
+    assert ray_elastic.describe_failure(error) == "worker rank 0, 1 failed: A worker health check failed."
