@@ -112,13 +112,24 @@ def _table(findings: list[Finding]) -> list[str]:
 
 
 def render_report(title: str, sections: list[tuple[str, str, list[Finding]]], notes: list[str],
-                  plots: list[str]) -> str:
-    """Markdown: a verdict line, one table per comparison (heading, explanation, findings), notes, plots
-    (paths relative to the report)."""
+                  plots: list[str], tonight: dict[str, float] | None = None) -> str:
+    """Markdown: a verdict line, tonight's figures (`tonight`, when given: every value measured, compared or not),
+    one table per comparison (heading, explanation, findings), notes, plots (paths relative to the report)."""
     regressions = [f for _, _, findings in sections for f in findings if f.regressed]
-    verdict = (f"**FAILED: {len(regressions)} regression(s)**: " + ", ".join(sorted({f.key for f in regressions}))
-               if regressions else "**PASSED**: no metric regressed beyond its tolerance")
+    if regressions:
+        verdict = f"**FAILED: {len(regressions)} regression(s)**: " + ", ".join(sorted({f.key for f in regressions}))
+    elif tonight is not None and not tonight:
+        verdict = ("**PASSED, but nothing was measured**: no model was scored and no speed benchmark ran tonight "
+                   "(see Notes)")
+    else:
+        verdict = "**PASSED**: no metric regressed beyond its tolerance"
     lines = [f"# {title}", "", verdict, ""]
+    if tonight:
+        lines += ["## Tonight's figures", "", "Every value measured tonight (a model's dev metric on the pinned data; "
+                  "a speed figure as the ratio ours / transformers), whether or not it had a reference.", "",
+                  "| metric | tonight |", "| --- | --- |"]
+        lines += [f"| {key} | {_fmt(value)} |" for key, value in sorted(tonight.items())]
+        lines.append("")
     for heading, explanation, findings in sections:
         lines += [f"## {heading}", "", explanation, ""]
         lines += _table(findings) if findings else ["(nothing to compare)"]

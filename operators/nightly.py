@@ -128,13 +128,13 @@ def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
         if task not in data:
             if wanted:
                 raise BertPipelineError(f"models: {name} has no pinned data; add {task!r} to the `data` param")
-            log.info("%s: no pinned data for task %s; not benchmarked", name, task)
+            log.warning("%s: no pinned data for task %s (the `data` param); not benchmarked", name, task)
             continue
         versions = registry.latest_versions(name)
         if versions["champion"] is None:
             if wanted:
                 raise BertPipelineError(f"models: {name} has no version with the alias 'champion'")
-            log.info("%s: no champion yet; not benchmarked", name)
+            log.warning("%s: no version with the alias 'champion'; not benchmarked", name)
             continue
         specs.append({"name": name, "task": task, "version": versions["champion"], "role": "champion",
                       "data_dir": data[task]})
@@ -275,6 +275,23 @@ def _good_nights(client, experiment_id: str, count: int) -> list[Any]:
                               order_by=["attributes.start_time DESC"], max_results=count)
 
 
+def _not_benchmarked(scored: set[str]) -> list[str]:
+    """A note per registered task model the night did not score, and why: a PASSED night says nothing of them."""
+    from operators import registry
+
+    notes = []
+    for name in registry.registered_names():
+        if name == registry.PRETRAINED or name in scored:
+            continue
+        why = ("it has no version with the alias 'champion'" if registry.latest_versions(name)["champion"] is None
+               else "its task has no pinned data (the `data` param) or `models` leaves it out")
+        notes.append(f"{name}: registered, not benchmarked tonight: {why}.")
+    if not scored:
+        notes.append("No model was scored tonight" + ("." if notes else ": the registry holds no task model "
+                                                      "(bert_finetune, or bert-pipeline export --register)."))
+    return notes
+
+
 def _when(run: Any) -> str:
     return dt.datetime.fromtimestamp(run.info.start_time / 1000, tz=dt.UTC).isoformat(timespec="minutes")
 
@@ -398,6 +415,12 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
                      vs_champion))
     regressions = [f for _, _, findings in sections for f in findings if f.regressed]
     status = "failed" if regressions else "passed"
+    # Every value measured tonight, the candidates' too: the report's first table (a first night compares nothing).
+    measured = {**tonight, **{f"candidate/{n}/{k}": v for n, s in candidates.items() for k, v in s["metrics"].items()}}
+    notes += _not_benchmarked(set(champions))
+    if not speed:
+        notes.append("No speed benchmark ran tonight (throughput_configs, pretrain_step_configs and "
+                     "convergence_config empty).")
 
     with tempfile.TemporaryDirectory(prefix="bert-nightly-report-") as scratch:
         out = Path(scratch)
@@ -407,7 +430,7 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
         plotted.append({"label": "tonight", "metrics": tonight})
         plots = plot_history(plotted, plot_keys, out / "plots") if plot_keys else []
         report = render_report("bert-pipeline nightly regression", sections, notes,
-                               [f"plots/{p.name}" for p in plots])
+                               [f"plots/{p.name}" for p in plots], measured)
         (out / "report.md").write_text(report + "\n")
         results = {"status": status, "tonight": tonight, "candidates": candidates, "champions": champions,
                    "last_good_run": last.info.run_id if last else None,

@@ -77,3 +77,10 @@ def test_report_says_what_regressed_and_embeds_plots(tmp_path):
     assert "| m/accuracy | 0.7 | 0.8 | -0.1 | 0.008 | REGRESSED |" in report
     assert "![m](plots/m.png)" in report and "- a note" in report
     assert "**PASSED**" in render_report("nightly", [("vs last", "why", [])], [], [])
+
+
+def test_report_lists_tonights_figures_and_says_when_nothing_was_measured():
+    report = render_report("nightly", [("vs last", "why", [])], [], [], {"m/accuracy": 0.7, "throughput/x/infer": 1.5})
+    assert "## Tonight's figures" in report and "| m/accuracy | 0.7 |" in report and "| throughput/x/infer | 1.5 |" in report
+    assert "**PASSED**: no metric regressed" in report
+    assert "**PASSED, but nothing was measured**" in render_report("nightly", [], [], [], {})

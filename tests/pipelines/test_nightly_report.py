@@ -90,3 +90,24 @@ def test_a_champion_left_out_of_a_night_is_compared_with_the_last_night_that_sco
     report = (home / "night3" / "report" / "report.md").read_text()
     assert f"bert-sst-2/accuracy: against MLflow run {first['mlflow_run_id']}" in report
     assert "| bert-squad/f1 | 50 | 50 |" in report
+
+
+def test_a_first_night_shows_its_figures_and_a_night_that_measured_nothing_says_so(home):
+    """The first night's report.md had no figure in it ("nothing to compare"), and a night on an empty registry with
+    the speed benchmarks off read "PASSED: no metric regressed"."""
+    from mlflow import MlflowClient
+
+    from bert_core.io.tracking import default_tracking_uri
+    from operators import nightly
+
+    nightly.compare_and_report([SST2], {"throughput/bert_6_384_12/infer": 0.82}, str(home / "night1"))
+    report = (home / "night1" / "report" / "report.md").read_text()
+    assert "## Tonight's figures" in report
+    assert "| bert-sst-2/accuracy | 0.9 |" in report and "| throughput/bert_6_384_12/infer | 0.82 |" in report
+
+    MlflowClient(default_tracking_uri()).create_registered_model("bert-mrpc")
+    assert nightly.compare_and_report([], {}, str(home / "night2"))["status"] == "passed"
+    report = (home / "night2" / "report" / "report.md").read_text()
+    assert "**PASSED, but nothing was measured**" in report
+    assert "- bert-mrpc: registered, not benchmarked tonight: it has no version with the alias 'champion'." in report
+    assert "- No speed benchmark ran tonight" in report
