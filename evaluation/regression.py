@@ -70,7 +70,7 @@ def median_reference(nights: list[dict[str, float]], keys: Iterable[str]) -> dic
     return reference
 
 
-def _metric_name(key: str) -> str:
+def metric_name(key: str) -> str:
     return key.rsplit("/", 1)[-1]
 
 
@@ -90,7 +90,7 @@ def compare(current: dict[str, float], reference: dict[str, float], tolerances: 
             findings.append(Finding(key, cur, ref, None, allowed, True, "no value tonight"))
             continue
         delta = cur - ref
-        worse_by = delta if _metric_name(key) in LOWER_IS_BETTER else -delta
+        worse_by = delta if metric_name(key) in LOWER_IS_BETTER else -delta
         findings.append(Finding(key, cur, ref, delta, allowed, worse_by > allowed))
     return findings
 
@@ -141,27 +141,67 @@ def render_report(title: str, sections: list[tuple[str, str, list[Finding]]], no
     return "\n".join(lines)
 
 
-def plot_history(history: list[dict[str, Any]], keys: list[str], out_dir: Path) -> list[Path]:
+CANDIDATE = "candidate/"
+
+
+def _group(key: str) -> str:
+    """The plot a key is drawn in: its model's (a candidate's metric beside its champion's) or its speed group."""
+    return key.removeprefix(CANDIDATE).rsplit("/", 1)[0]
+
+
+def y_label(group: str) -> str:
+    """What a history plot's values are, in words and units."""
+    if group.startswith("throughput"):
+        return "tokens/s, ours / transformers (x)"
+    if group.startswith("time_to_accuracy"):
+        return "peer's time / ours' to its accuracy (x)"
+    return "dev metric on the pinned data"
+
+
+def plot_history(history: list[dict[str, Any]], keys: list[str], out_dir: Path,
+                 floors: dict[str, float] | None = None) -> list[Path]:
     """One PNG per metric group (model or throughput): each key's value over the nights in `history`
-    (oldest first; items {"label": night label, "metrics": {key: value}}). Returns the files written."""
+    (oldest first; items {"label": night label, "metrics": {key: value}, "status": "passed"/"failed" (optional)});
+    a failed night's label is red. A `candidate/<model>/<metric>` key is drawn in its model's plot as a red square.
+    `floors`: per key, the value tonight's would regress below (the reference less the allowed drop; above it for
+    a lower-is-better metric), drawn as a dashed line. The speed plots have a line at parity with transformers.
+    Returns the files written."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    floors = floors or {}
     groups: dict[str, list[str]] = {}
     for key in keys:
-        groups.setdefault(key.rsplit("/", 1)[0], []).append(key)
+        groups.setdefault(_group(key), []).append(key)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     labels = [str(h["label"]) for h in history]
     for group, group_keys in sorted(groups.items()):
-        fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
+        fig, ax = plt.subplots(figsize=(7.5, 3.4), dpi=100)
         for key in group_keys:
             values = [h["metrics"].get(key, float("nan")) for h in history]
-            ax.plot(range(len(values)), values, marker="o", label=_metric_name(key))
+            if key.startswith(CANDIDATE):
+                line = ax.plot(range(len(values)), values, marker="s", linestyle="none", color="#c0392b",
+                               markersize=7, label=f"{metric_name(key)} (newest candidate)")
+            else:
+                line = ax.plot(range(len(values)), values, marker="o", label=metric_name(key))
+            # A candidate's floor (its champion's figure less the drop) is the champion's own floor when the
+            # champion held tonight: drawn once.
+            champion_floor = floors.get(key.removeprefix(CANDIDATE)) if key.startswith(CANDIDATE) else None
+            if key in floors and not (champion_floor is not None and math.isclose(champion_floor, floors[key])):
+                worse = "above" if metric_name(key) in LOWER_IS_BETTER else "below"
+                ax.axhline(floors[key], color=line[0].get_color(), linestyle="--", linewidth=1,
+                           label=f"{metric_name(key)}: tonight regresses {worse}")
+        if group.startswith(("throughput", "time_to_accuracy")):
+            ax.axhline(1.0, color="#6b7785", linestyle=":", linewidth=1, label="parity with transformers")
         ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=7)
-        ax.set_title(group)
+        for tick, night in zip(ax.get_xticklabels(), history):
+            if night.get("status") == "failed":
+                tick.set_color("#c0392b")
+        ax.set_title(group + " (nights, UTC; red: a night that failed)", fontsize=10)
+        ax.set_ylabel(y_label(group), fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()

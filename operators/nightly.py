@@ -314,7 +314,15 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
     from bert_core.errors import BertPipelineError
     from bert_core.io import storage
     from bert_core.io.tracking import build_tracker, standard_tags
-    from evaluation.regression import compare, findings_json, median_reference, plot_history, render_report
+    from evaluation.regression import (
+        LOWER_IS_BETTER,
+        compare,
+        findings_json,
+        median_reference,
+        metric_name,
+        plot_history,
+        render_report,
+    )
     from operators.tasks import ensure_experiment
 
     nights = speed_reference_nights if speed_reference_nights is not None else NIGHTLY.speed_reference_nights
@@ -424,11 +432,18 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
 
     with tempfile.TemporaryDirectory(prefix="bert-nightly-report-") as scratch:
         out = Path(scratch)
-        plot_keys = sorted(tonight)
-        # Not `nights` (the setting, logged as the param speed_reference_nights below): the history plotted.
-        plotted = [{"label": r.info.run_id[:8], "metrics": dict(r.data.metrics)} for r in history]
-        plotted.append({"label": "tonight", "metrics": tonight})
-        plots = plot_history(plotted, plot_keys, out / "plots") if plot_keys else []
+        plot_keys = sorted(measured)
+        # Not `nights` (the setting, logged as the param speed_reference_nights below): the history plotted, each
+        # night by its start (UTC), failed ones marked; tonight's candidates beside their champions, and where each
+        # figure would have regressed.
+        plotted = [{"label": _when(r)[5:16].replace("T", " "), "metrics": dict(r.data.metrics),
+                    "status": r.data.tags.get(STATUS_TAG)} for r in history]
+        plotted.append({"label": "tonight", "metrics": measured, "status": status})
+        floors = {f.key: (f.reference + f.allowed_drop if metric_name(f.key) in LOWER_IS_BETTER
+                          else f.reference - f.allowed_drop)
+                  for _, _, findings in sections for f in findings
+                  if f.reference is not None and f.allowed_drop is not None}
+        plots = plot_history(plotted, plot_keys, out / "plots", floors) if plot_keys else []
         report = render_report("bert-pipeline nightly regression", sections, notes,
                                [f"plots/{p.name}" for p in plots], measured)
         (out / "report.md").write_text(report + "\n")

@@ -84,3 +84,46 @@ def test_report_lists_tonights_figures_and_says_when_nothing_was_measured():
     assert "## Tonight's figures" in report and "| m/accuracy | 0.7 |" in report and "| throughput/x/infer | 1.5 |" in report
     assert "**PASSED**: no metric regressed" in report
     assert "**PASSED, but nothing was measured**" in render_report("nightly", [], [], [], {})
+
+
+def test_history_plots_say_what_their_values_are_and_where_tonight_regresses(tmp_path, monkeypatch):
+    """The plots had no y label, run-id prefixes for nights, no candidate and no tolerance: a candidate at 0.425
+    against a champion at 0.925 drew as a flat, healthy line."""
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.figure
+
+    from evaluation import regression
+
+    drawn = {}
+    real_savefig = matplotlib.figure.Figure.savefig
+
+    def keep(fig, path, *args, **kwargs):
+        ax = fig.axes[0]
+        drawn[Path(path).name] = {
+            "ylabel": ax.get_ylabel(), "title": ax.get_title(),
+            "xticks": [(t.get_text(), matplotlib.colors.to_hex(t.get_color())) for t in ax.get_xticklabels()],
+            "legend": [t.get_text() for t in ax.get_legend().get_texts()],
+            "hlines": sorted(round(line.get_ydata()[0], 4) for line in ax.get_lines() if line.get_linestyle() == "--")}
+        return real_savefig(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)  # the drawing as drawn, then the real PNG
+    history = [{"label": "11-28 04:59", "metrics": {"m/accuracy": 0.9, "throughput/x/infer": 1.2},
+                "status": "passed"},
+               {"label": "11-29 04:59", "metrics": {"m/accuracy": 0.9}, "status": "failed"},
+               {"label": "tonight", "metrics": {"m/accuracy": 0.9, "candidate/m/accuracy": 0.4,
+                                                "throughput/x/infer": 1.1}, "status": "failed"}]
+    keys = ["m/accuracy", "candidate/m/accuracy", "throughput/x/infer"]
+    plots = regression.plot_history(history, keys, tmp_path, {"m/accuracy": 0.891, "candidate/m/accuracy": 0.891,
+                                                             "throughput/x/infer": 0.96})
+    assert [p.name for p in plots] == ["m.png", "throughput_x.png"]
+    model, speed = drawn["m.png"], drawn["throughput_x.png"]
+    assert model["ylabel"] == "dev metric on the pinned data"
+    assert speed["ylabel"] == "tokens/s, ours / transformers (x)"
+    assert model["legend"] == ["accuracy", "accuracy: tonight regresses below", "accuracy (newest candidate)"]
+    assert model["hlines"] == [0.891]  # the candidate's floor is its champion's: drawn once
+    assert model["xticks"] == [("11-28 04:59", "#000000"), ("11-29 04:59", "#c0392b"), ("tonight", "#c0392b")]
+    assert "parity with transformers" in speed["legend"] and speed["hlines"] == [0.96]
