@@ -117,9 +117,11 @@ def _summary(v: dict[str, Any]) -> str:
 
 
 def _nightly_result(v: dict[str, Any]) -> str:
+    # Where the night's report is: `run` prints a report line only for a DAG with a `report` task.
+    where = f"; report: {v['report']}" if v.get("report") else ""
     if v["status"] == "passed":
-        return "passed"
-    return f"{v['status']}: {', '.join(v.get('regressions', []))}"
+        return f"passed{where}"
+    return f"{v['status']}: {', '.join(v.get('regressions', []))}{where}"
 
 
 def _speed(v: dict[str, Any]) -> str:
@@ -148,6 +150,9 @@ SHAPES: list[tuple[Callable[[Any], bool], Callable[[Any], str]]] = [
      lambda v: f"{_plural(len(v), 'task')}: {', '.join(x['task'] for x in v)}"),
     (lambda v: isinstance(v, list) and v and all(isinstance(x, dict) and {"index", "pretrain"} <= x.keys() for x in v),
      lambda v: _plural(len(v), "pretraining phase")),
+    # An empty list or dict: the nightly's plan with no model to score ("0 files" before), a speed task skipped.
+    (lambda v: v == [], lambda v: "nothing to do (an empty list)"),
+    (lambda v: v == {}, lambda v: "skipped: nothing to run"),
     (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
      lambda v: _plural(len(v), "file")),
     (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v), lambda v: _plural(len(v), "item")),

@@ -104,6 +104,14 @@ def test_key_figures_from_return_values(tmp_path):
     assert describe({"instances": 340, "validation": "v.json", "shards_dir": "s"}) == (
         "340 instances: all expectations met")
     assert describe({"status": "failed", "regressions": ["bert-sst-2/accuracy"]}) == "failed: bert-sst-2/accuracy"
+    # The night's report: `bert-pipeline run` prints no report line for it (the nightly has no `report` task).
+    assert describe({"status": "passed", "regressions": [], "report": "/w/report/report.md", "mlflow_run_id": "a"}) == (
+        "passed; report: /w/report/report.md")
+    assert describe({"status": "failed", "regressions": ["x/f1"], "report": "/w/report/report.md",
+                     "mlflow_run_id": "a"}) == "failed: x/f1; report: /w/report/report.md"
+    # An empty registry's plan said "0 files"; a skipped speed task nothing.
+    assert describe([]) == "nothing to do (an empty list)"
+    assert describe({}) == "skipped: nothing to run"
     assert describe([{"name": "", "index": 0, "pretrain": {}, "shards": {}}]) == "1 pretraining phase"
     assert describe(["a.txt", "b.txt"]) == "2 files"
     # The nightly's plan: a champion and its candidate share a task; each version is named once.
