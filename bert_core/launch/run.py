@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bert_core.deploy.mlflow_model import pyfunc_spec
+from bert_core.errors import BertPipelineError
 from bert_core.io.tracking import Tracker, build_tracker
 from bert_core.train.step_spec import StepHook, StepSpec, Worker
 
@@ -43,6 +44,28 @@ def absolutize(spec: StepSpec, config: Any) -> Any:
     return dataclasses.replace(config, **changes)
 
 
+def naming_flag(spec: StepSpec, config: Any, error: BertPipelineError) -> BertPipelineError:
+    """`error` with the flag in front when its message starts with one of the step's paths or URIs and names no
+    flag itself: storage's errors name the URI ("s3://b/x: the S3 bucket 'b' does not exist on ...", "s3://b/x: no
+    objects under this prefix"), which the user may have given to any of several flags."""
+    message = str(error)
+    if message.startswith("--"):
+        return error
+    named = []
+    for field in (*spec.path_fields, *spec.name_fields):
+        value = getattr(config, field, None)
+        if isinstance(value, str) and value and message.startswith(value) and \
+                message[len(value):len(value) + 1] in (":", "/"):
+            named.append((len(value), field))
+    if not named:
+        return error
+    flag = "--" + max(named)[1].replace("_", "-")
+    try:
+        return type(error)(f"{flag}: {message}")  # the same kind of error (ModelNotFoundError, ...)
+    except TypeError:
+        return BertPipelineError(f"{flag}: {message}")
+
+
 def run_step(spec: StepSpec, config: Any, tracker: Tracker | None = None,
              hooks: Sequence[StepHook] = ()) -> dict[str, Any]:
     """Check, then run `spec` with `config`; returns the output manifest (the existing one, without running,
@@ -62,12 +85,16 @@ def run_step(spec: StepSpec, config: Any, tracker: Tracker | None = None,
 
         cluster_address()  # a job server URL in RAY_ADDRESS is refused before any work or MLflow run
     config = absolutize(spec, config)
-    plan = spec.plan(config)
+    try:
+        plan = spec.plan(config)
+        if plan.done is None and on_ray:
+            ray_train.check_run_state(spec, config)
+    except BertPipelineError as exc:
+        raise naming_flag(spec, config, exc) from exc
     if plan.done is not None:
         log.info("%s is up to date (same config and inputs): nothing to do", config.output)
         return plan.done
     if on_ray:
-        ray_train.check_run_state(spec, config)
         name = ray_train.run_name(spec, config)
     own_tracker = tracker is None
     if tracker is None:
