@@ -450,7 +450,8 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
         results = {"status": status, "tonight": tonight, "candidates": candidates, "champions": champions,
                    "last_good_run": last.info.run_id if last else None,
                    "speed_reference_runs": [r.info.run_id for r in good], "tolerances": vars(tolerances),
-                   "findings": findings_json([f for _, _, fs in sections for f in fs]), "notes": notes}
+                   "findings": findings_json([f for _, _, fs in sections for f in fs]), "notes": notes,
+                   "mlflow_run_id": tracker.run_id}
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
 
         tracker.set_tags({**standard_tags(None), STATUS_TAG: status, "nightly.regressions": str(len(regressions))})

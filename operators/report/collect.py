@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 FORMAT = 1  # of the record; a report_data.json of another format is refused by name
 PRETRAINED_DIR, FINETUNE_PREFIX, REGISTRY_DIR = "pretrained", "finetune-", "registry"
+# The nightly regression's own report (operators.nightly.compare_and_report writes them under work_dir/report/).
+NIGHTLY_RESULTS, NIGHTLY_PLOTS = "report/results.json", "report/plots/"
 # Pretraining's metric history that the report draws (bert_core/pretrain/step.py logs them).
 PRETRAIN_HISTORY = ("loss", "mlm_accuracy", "eval_loss", "eval_mlm_accuracy", "eval_nsp_accuracy",
                     "eval_mlm_accuracy_chance", "eval_nsp_accuracy_chance")
@@ -69,12 +71,36 @@ def collect(run_dir: str, tracking_uri: str | None = None) -> dict[str, Any]:
         "data": _data(run_dir, files, pretraining),
         "pretraining": pretraining, "finetuning": _finetuning(run_dir, files),
         "registry": _decisions(run_dir, files, uri), "tasks": tasks,
+        "nightly": _nightly(run_dir, files),
     }
-    if not any(records[key] for key in ("pretraining", "finetuning", "registry", "tasks")):
+    if not any(records[key] for key in ("pretraining", "finetuning", "registry", "tasks", "nightly")):
         raise BertPipelineError(f"{run_dir}: holds none of a DAG run's records ({PRETRAINED_DIR}/, "
                                 f"{FINETUNE_PREFIX}<task>/, {REGISTRY_DIR}/, {TASKS_DIR}/): is it a run's work "
                                 "directory?")
     return records
+
+
+def _nightly(run_dir: str, files: list[str]) -> dict[str, Any] | None:
+    """A nightly regression's judgment (operators.nightly.compare_and_report's `report/results.json`) and its
+    history plots (`report/plots/*.png`, base64, so a report drawn again from MLflow has them); None for another
+    DAG's run."""
+    import base64
+
+    if NIGHTLY_RESULTS not in files:
+        return None
+    results = _read_json(run_dir, NIGHTLY_RESULTS)
+    plots = {}
+    for rel in files:
+        if rel.startswith(NIGHTLY_PLOTS) and rel.endswith(".png"):
+            with storage.local_file(storage.join(run_dir, rel)).open("rb") as png:
+                plots[rel.removeprefix(NIGHTLY_PLOTS)] = base64.b64encode(png.read()).decode("ascii")
+    return {"status": results.get("status"), "tonight": results.get("tonight") or {},
+            "findings": results.get("findings") or [], "notes": results.get("notes") or [],
+            "versions": [{"name": s.get("name"), "version": s.get("version"), "role": s.get("role")}
+                         for group in ("champions", "candidates") for s in (results.get(group) or {}).values()],
+            "last_good_run": results.get("last_good_run"), "mlflow_run_id": results.get("mlflow_run_id"),
+            "tolerances": results.get("tolerances") or {}, "report": storage.join(run_dir, "report", "report.md"),
+            "plots": plots}
 
 
 def _under(rel: str, directory: str) -> bool:

@@ -43,6 +43,10 @@ def _summary(records: dict[str, Any]) -> str:
     for d in records["registry"]:
         verdict = "promoted to champion" if d["promoted"] else "not promoted: " + "; ".join(d.get("reasons") or [])
         lines.append(f"- {d['name']} v{d['candidate']}: {verdict}")
+    night = records.get("nightly")
+    if night:
+        regressed = [f["key"] for f in night["findings"] if f.get("regressed")]
+        lines.append(f"- nightly regression {night['status']}" + (f": {', '.join(regressed)}" if regressed else ""))
     data = data_lines(records)
     if data:
         lines += ["", "Data:", *(f"- {line}" for line in data)]

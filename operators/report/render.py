@@ -17,6 +17,9 @@ from operators.report import TASK_ID, plots
 SECTIONS = {"models": "Models: the registry's decisions", "data": "Data: what the model trained on",
             "pretraining": "Pretraining",
             "finetuning": "Fine-tuning", "timeline": "Task timeline", "serving": "Serving the promoted models"}
+# A nightly regression's run (its report/results.json) shows these instead: it trains and registers nothing.
+NIGHTLY_SECTIONS = {"nightly": "Nightly regression: the verdict", "timeline": SECTIONS["timeline"]}
+TITLES = {**SECTIONS, **NIGHTLY_SECTIONS}
 # What "chance" is for each pretraining accuracy (the learning watch's baselines).
 CHANCE_WORDS = {"mlm_accuracy": ("masked-LM accuracy", "always predicting the most frequent masked token"),
                 "nsp_accuracy": ("next-sentence accuracy", "always answering the majority label")}
@@ -74,12 +77,15 @@ def _td(value: Any, numeric: bool = False, css: str = "") -> str:
 
 def render(records: dict[str, Any]) -> str:
     title = f"{records.get('dag_id') or 'run'} {records.get('dag_run_id') or records['run_dir']}"
-    nav = "".join(f'<a href="#{key}">{_e(name)}</a>' for key, name in SECTIONS.items())
+    if records.get("nightly"):
+        # A night trains and registers nothing: its verdict and the timeline, not five sections saying "none".
+        shown = {"nightly": _nightly(records), "timeline": _timeline(records)}
+    else:
+        shown = {"models": _models(records), "data": _data(records), "pretraining": _pretraining(records),
+                 "finetuning": _finetuning(records), "timeline": _timeline(records), "serving": _serving(records)}
+    nav = "".join(f'<a href="#{key}">{_e(TITLES[key])}</a>' for key in shown)
     body = [f"<header><h1>{_e(title)}</h1>{_overview(records)}</header>", f"<nav>{nav}</nav>",
-            _section("models", _models(records)), _section("data", _data(records)),
-            _section("pretraining", _pretraining(records)),
-            _section("finetuning", _finetuning(records)), _section("timeline", _timeline(records)),
-            _section("serving", _serving(records))]
+            *(_section(key, content) for key, content in shown.items())]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             # An empty icon: a browser asks for /favicon.ico otherwise, an error on a file:// page.
@@ -88,14 +94,20 @@ def render(records: dict[str, Any]) -> str:
 
 
 def _section(key: str, content: str) -> str:
-    return f'<section id="{key}"><h2>{_e(SECTIONS[key])}</h2>\n{content}\n</section>'
+    return f'<section id="{key}"><h2>{_e(TITLES[key])}</h2>\n{content}\n</section>'
 
 
 def _overview(records: dict[str, Any]) -> str:
     decisions, tasks = records["registry"], records["tasks"]
     promoted = sum(1 for d in decisions if d["promoted"])
     failed = [t for t in tasks if t["state"] != "success"]
-    parts = [f"{len(decisions)} model(s) registered: {promoted} promoted, {len(decisions) - promoted} not promoted"]
+    nightly = records.get("nightly")
+    if nightly:
+        parts = [f"nightly regression {nightly['status']}: {len(nightly['versions'])} model version(s) scored, "
+                 f"{sum(1 for f in nightly['findings'] if f.get('regressed'))} regression(s)"]
+    else:
+        parts = [f"{len(decisions)} model(s) registered: {promoted} promoted, {len(decisions) - promoted} "
+                 "not promoted"]
     if tasks:
         parts.append(f"{len(tasks) - len(failed)} task tr{'y' if len(tasks) == 1 else 'ies'} succeeded, "
                      f"{len(failed)} failed")
@@ -562,6 +574,59 @@ def _registered(records: dict[str, Any], task: str) -> bool:
     except BertPipelineError:  # a task this version's catalog does not know: its usual name
         names = {f"bert-{task}"}
     return any(d["name"] in names for d in records["registry"])
+
+
+# ---------------------------------------------------------------------------------------------- nightly
+
+
+def _nightly(records: dict[str, Any]) -> str:
+    """The night's judgment as compare_and_report made it: the verdict, every figure measured with its reference
+    and allowed drop, the notes, and the history plots it drew."""
+    night = records["nightly"]
+    regressed = [f for f in night["findings"] if f.get("regressed")]
+    if regressed:
+        verdict = (f'<span class="badge bad">FAILED</span> {len(regressed)} regression(s): '
+                   + ", ".join(f"<code>{_e(f['key'])}</code>" for f in regressed))
+    elif not night["tonight"] and not night["versions"]:
+        verdict = '<span class="badge neutral">PASSED</span> but nothing was measured (see the notes)'
+    else:
+        verdict = '<span class="badge good">PASSED</span> no figure regressed beyond its tolerance'
+    out = [f"<p>{verdict}</p>"]
+    if night["versions"]:
+        out.append("<p>Versions scored on the pinned data: " + ", ".join(
+            f"{_e(v['name'])} v{_e(v['version'])} ({_e(v['role'])})" for v in night["versions"]) + ".</p>")
+    tol = night["tolerances"]
+    if tol:
+        out.append(f"<p>Tolerances (relative drop allowed): quality {_num(tol.get('quality'))}, throughput "
+                   f"{_num(tol.get('throughput'))}, time to accuracy {_num(tol.get('time_to_accuracy'))}. Speed "
+                   "figures are ratios ours / transformers measured in the same run (higher is better).</p>")
+    by_key = {f["key"]: f for f in night["findings"]}
+    keys = sorted(set(night["tonight"]) | set(by_key))
+    rows = []
+    for key in keys:
+        f = by_key.get(key, {})
+        value = f.get("current", night["tonight"].get(key))
+        status = "REGRESSED" if f.get("regressed") else (f.get("note") or ("ok" if f else "no reference"))
+        change = f.get("delta")
+        rows.append([_td(key), _td(value, numeric=True), _td(f.get("reference"), numeric=True),
+                     _td("—" if change is None else f"{change:+.4g}", numeric=False),
+                     _td(f.get("allowed_drop"), numeric=True),
+                     _td(status, css="fail" if f.get("regressed") else ("ok" if status == "ok" else ""))])
+    if rows:
+        out.append(_table(["figure", "tonight", "reference", "change", "allowed drop", "status"], rows))
+    else:
+        out.append("<p>Nothing was measured tonight.</p>")
+    if night["notes"]:
+        out.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in night["notes"]) + "</ul>")
+    for name, png in sorted(night["plots"].items()):
+        out.append(_img(base64.b64decode(png), f"history: {name.removesuffix('.png')}"))
+    where = [f"Markdown report: <code>{_e(night['report'])}</code>"]
+    if night.get("mlflow_run_id"):
+        where.append(f"MLflow run <code>{_e(night['mlflow_run_id'])}</code> (experiment bert-nightly)")
+    if night.get("last_good_run"):
+        where.append(f"last good night: MLflow run <code>{_e(night['last_good_run'])}</code>")
+    out.append(f'<p class="meta">{"; ".join(where)}.</p>')
+    return "\n".join(out)
 
 
 # ---------------------------------------------------------------------------------------------- timeline
