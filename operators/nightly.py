@@ -479,7 +479,7 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
                "regressions": [f.key for f in regressions]}
     if regressions:
         raise BertPipelineError("nightly regression: " + "; ".join(
-            f"{f.key} {f.current if f.current is not None else 'missing'} vs {f.reference:.6g} (allowed drop "
+            f"{f.key} {'missing' if f.current is None else f'{f.current:.6g}'} vs {f.reference:.6g} (allowed drop "
             f"{f.allowed_drop:.3g}){versus.get(f.key, '')}" for f in regressions) + f"; report: {summary['report']}")
     log.info("nightly regression passed; report %s (MLflow run %s)", summary["report"], tracker.run_id)
     return summary

@@ -111,3 +111,14 @@ def test_a_first_night_shows_its_figures_and_a_night_that_measured_nothing_says_
     assert "**PASSED, but nothing was measured**" in report
     assert "- bert-mrpc: registered, not benchmarked tonight: it has no version with the alias 'champion'." in report
     assert "- No speed benchmark ran tonight" in report
+
+
+def test_the_error_gives_tonights_figure_as_its_reference_is_given(home):
+    """It read "candidate/bert-sst-2/accuracy 0.4358974358974359 vs 0.923077": every digit of one, six of the other."""
+    from bert_core.errors import BertPipelineError
+    from operators import nightly
+
+    champion = {**SST2, "metrics": {"accuracy": 36 / 39}}
+    candidate = {**SST2, "version": "2", "role": "candidate", "metrics": {"accuracy": 17 / 39}}
+    with pytest.raises(BertPipelineError, match=r"candidate/bert-sst-2/accuracy 0.435897 vs 0.923077 \(allowed drop"):
+        nightly.compare_and_report([champion, candidate], {}, str(home / "night1"))
