@@ -32,7 +32,21 @@ class TaskLogLevels(ControllerCallback, WorkerCallback):
         logs.info_to_stdout(logging.getLogger())
 
 
-def callbacks() -> list[TaskLogLevels]:
-    """[TaskLogLevels()] where this driver works for an Airflow task, else [] (a command's terminal shows stderr
-    as it is)."""
-    return [TaskLogLevels()] if logs.for_airflow_task() else []
+class QuietReports(WorkerCallback):
+    """Ray Train logs every ray.train.report() of every worker at INFO: "Reporting training result 7:
+    TrainingReport(checkpoint=Checkpoint(filesystem=s3, path=...), metrics={'step': 350, 'loss': 7.854103613721914,
+    'mlm_loss': ..., ...}, validation=False) from rank 1", a 400-character line per rank per report, so a run of 2
+    workers reporting every 50 steps printed two of them beside each of our own step lines (which say the same
+    figures, rounded, once). Its logger (named after its file) is set to WARNING in each worker; Ray Train's
+    "Checkpoint successfully created at: ..." (one per checkpoint, rank 0) stays."""
+
+    def after_init_train_context(self) -> None:
+        from ray.train.v2._internal.execution import context
+
+        context.logger.setLevel(logging.WARNING)
+
+
+def callbacks() -> list[ControllerCallback | WorkerCallback]:
+    """QuietReports, and TaskLogLevels where this driver works for an Airflow task (a command's terminal shows
+    stderr as it is)."""
+    return [QuietReports(), *([TaskLogLevels()] if logs.for_airflow_task() else [])]
