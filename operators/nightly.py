@@ -160,8 +160,8 @@ def evaluate_version(spec: dict[str, Any], work: str) -> dict[str, Any]:
     if output:
         try:
             settings = settings_from_manifest(manifest.read(output))
-        except (FileNotFoundError, OSError, ValueError):  # the training output is gone: the task's defaults
-            log.warning("%s v%s: no finetune manifest at %s; evaluating with default settings",
+        except (FileNotFoundError, OSError, ValueError):  # the training output is gone: its model's card
+            log.warning("%s v%s: no finetune manifest at %s; evaluating with its model directory's task card",
                         spec["name"], spec["version"], output)
     try:  # the pinned data's dev file, before the model is downloaded; its error names the Param
         dev_files_sha256(spec["task"], spec["data_dir"], bool(settings.get("version_2")))
@@ -170,9 +170,30 @@ def evaluate_version(spec: dict[str, Any], work: str) -> dict[str, Any]:
                                 f"scored on): {exc}") from None
     target = storage.join(work, "evaluations", f"{spec['name']}-v{spec['version']}")
     with registry.downloaded_model_dir(f"models:/{spec['name']}/{spec['version']}") as model_dir:
+        if not settings:
+            settings = card_settings(model_dir, f"{spec['name']} v{spec['version']}")
         scored = rescore(model_dir, spec["task"], spec["data_dir"], target, settings)
     log.info("%s v%s (%s): %s", spec["name"], spec["version"], spec["role"], json.dumps(scored["metrics"]))
     return {**spec, **scored, "settings": settings, "predictions": target}
+
+
+def card_settings(model_dir: str | Path, label: str) -> dict[str, Any]:
+    """The feature settings a model was fine-tuned and scored with, from its directory's task card (task.json): what
+    a version without a finetune manifest is scored with (one registered by `export --register` has no `output`
+    tag; a training output since deleted). It was scored at the task's defaults instead (max_seq_length 128 for a
+    model trained and scored at 32, SQuAD's windows), silently when the version had no `output` tag."""
+    from bert_core.finetune.evaluate import FEATURE_FIELDS
+    from bert_core.finetune.task_card import read_card
+
+    card = read_card(model_dir)
+    if card is None:
+        log.warning("%s: no finetune manifest and no task card (task.json); evaluating with the task's default "
+                    "settings", label)
+        return {}
+    settings = {"max_seq_length": card.max_seq_length,
+                **{k: v for k, v in card.squad.items() if k in FEATURE_FIELDS and card.kind == "squad"}}
+    log.info("%s: no finetune manifest; evaluating with its task card's settings %s", label, json.dumps(settings))
+    return settings
 
 
 def throughput(work: str, configs: list[str] | None = None, steps: int | None = None,

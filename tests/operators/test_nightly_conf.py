@@ -69,3 +69,26 @@ def test_a_pinned_data_directory_without_its_dev_file_is_named_as_the_data_param
     with pytest.raises(BertPipelineError, match=rf"^data.sst-2 \(the pinned dev data bert-sst-2 v{version} is scored "
                                                 rf"on\): {tmp_path}/pinned: no dev file for sst-2 \(looked for dev.tsv"):
         nightly.evaluate_version(spec, str(tmp_path / "night"))
+
+
+def test_a_version_without_a_finetune_manifest_is_scored_with_its_task_cards_settings(tmp_path, caplog):
+    """A version registered by `export --register` has no `output` tag: it was scored at the task's default
+    max_seq_length (128), not the 32 it was fine-tuned and scored at, without a word in the log."""
+    import logging
+
+    from bert_core.finetune.task_card import TaskCard, write_card
+
+    model = tmp_path / "model"
+    model.mkdir()
+    write_card(model, TaskCard(task="sst-2", kind="classification", max_seq_length=32,
+                               squad={"doc_stride": 128, "version_2": False}))
+    with caplog.at_level(logging.INFO, logger="operators.nightly"):
+        assert nightly.card_settings(model, "bert-sst-2 v2") == {"max_seq_length": 32}
+    squad = tmp_path / "squad"
+    squad.mkdir()
+    write_card(squad, TaskCard(task="squad", kind="squad", max_seq_length=64,
+                               squad={"doc_stride": 32, "max_query_length": 16, "version_2": True}))
+    assert nightly.card_settings(squad, "bert-squad2 v1") == {"max_seq_length": 64, "doc_stride": 32,
+                                                              "max_query_length": 16, "version_2": True}
+    assert nightly.card_settings(tmp_path, "x v1") == {}
+    assert "x v1: no finetune manifest and no task card (task.json)" in caplog.text
