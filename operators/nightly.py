@@ -290,6 +290,13 @@ def time_to_accuracy(work: str, settings: dict[str, Any] | None = None, corpus: 
     return {f"time_to_accuracy/{run.config}": 0.0 if ratio is None else float(ratio)}
 
 
+def speed_group(key: str) -> str:
+    """The benchmark a speed figure comes from: `pretrain_step`, `time_to_accuracy` or `throughput`."""
+    if key.startswith("throughput/pretrain_step/"):
+        return "pretrain_step"
+    return "time_to_accuracy" if key.startswith("time_to_accuracy/") else "throughput"
+
+
 def _good_nights(client, experiment_id: str, count: int) -> list[Any]:
     """The last `count` nights that passed, newest first."""
     return client.search_runs([experiment_id], filter_string=f"tags.`{STATUS_TAG}` = 'passed'",
@@ -326,10 +333,13 @@ def _history(client, experiment_id: str) -> list[Any]:
 def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float], work: str,
                        quality_tolerance: float | None = None, throughput_tolerance: float | None = None,
                        time_to_accuracy_tolerance: float | None = None,
-                       speed_reference_nights: int | None = None) -> dict[str, Any]:
+                       speed_reference_nights: int | None = None,
+                       speed_settings: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Compare tonight with the last good night (the speed ratios with their median over the last
     `speed_reference_nights` good nights) and candidates with champions; log to MLflow; raise on regression.
-    A setting left None is NIGHTLY's."""
+    A setting left None is NIGHTLY's. `speed_settings`: per speed group (`speed_group`), the benchmark's settings
+    tonight; a night that measured a group with other settings is no reference for it (logged as params
+    `speed_settings.<group>`)."""
     import mlflow
 
     from bert_core.errors import BertPipelineError
@@ -357,6 +367,8 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
     tonight = {f"{name}/{k}": v for name, s in champions.items() for k, v in s["metrics"].items()}
     tonight.update(speed)
     pins = {f"data_sha256.{s['task']}.{f}": h for s in champions.values() for f, h in s["data_sha256"].items()}
+    settings_params = {f"speed_settings.{group}": json.dumps(values, sort_keys=True, default=str)
+                       for group, values in (speed_settings or {}).items()}
 
     ensure_experiment(EXPERIMENT)
     tracker = build_tracker(True, experiment=EXPERIMENT, run_name="nightly")
@@ -374,8 +386,16 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
         notes.append("No earlier night passed: tonight is the first reference; nothing compared night over night.")
         vs_last = []
     else:
-        reference = median_reference([dict(r.data.metrics) for r in good],
-                                     [k for k in tonight if k.startswith(SPEED_KEYS)])
+        reference = {}
+        for key in (k for k in tonight if k.startswith(SPEED_KEYS)):
+            # Only nights that measured it as tonight does: a ratio at another batch or length is another figure.
+            group = speed_group(key)
+            same = [r for r in good if r.data.params.get(f"speed_settings.{group}", settings_params.get(
+                f"speed_settings.{group}")) == settings_params.get(f"speed_settings.{group}")]
+            if len(same) < len(good) and any(key in r.data.metrics for r in good if r not in same):
+                notes.append(f"{key}: {len(good) - len(same)} of the last {len(good)} good night(s) measured it with "
+                             f"other {group} settings; not its reference.")
+            reference.update(median_reference([dict(r.data.metrics) for r in same], [key]))
         keys = []
         for key in sorted(tonight):
             model = key.split("/", 1)[0]
@@ -476,7 +496,7 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
 
         tracker.set_tags({**standard_tags(None), STATUS_TAG: status, "nightly.regressions": str(len(regressions))})
-        tracker.log_params({**pins, "quality_tolerance": tolerances.quality,
+        tracker.log_params({**pins, **settings_params, "quality_tolerance": tolerances.quality,
                             "throughput_tolerance": tolerances.throughput,
                             "time_to_accuracy_tolerance": tolerances.time_to_accuracy,
                             "speed_reference_nights": nights,

@@ -171,9 +171,18 @@ def bert_nightly_regression():
     # reports the speed comparisons.
     @bert_task(trigger_rule="none_failed")
     def compare_and_report(evaluated: list[dict], speed: dict, pretraining: dict, work_dir: str, params=None) -> dict:
+        params = renamed_params(params, nightly.RENAMED, {name: param.value for name, param in PARAMS.items()},
+                                "bert_nightly_regression")
+        # How each speed figure was measured: a night measured otherwise is no reference for it.
+        settings = {"throughput": {k: params[f"throughput_{k}"] for k in ("steps", "batch_size", "max_seq_length")},
+                    "pretrain_step": {k: params[f"pretrain_step_{k}"]
+                                      for k in ("steps", "batch_size", "max_seq_length", "max_predictions")},
+                    "time_to_accuracy": {k: params[f"convergence_{k}"]
+                                         for k in (*CONVERGENCE_FIELDS, "corpus", "vocab")}}
         return nightly.compare_and_report(list(evaluated), {**speed, **pretraining}, work_dir,
                                           params["quality_tolerance"], params["throughput_tolerance"],
-                                          params["time_to_accuracy_tolerance"], params["speed_reference_nights"])
+                                          params["time_to_accuracy_tolerance"], params["speed_reference_nights"],
+                                          settings)
 
     work = work_dir()
     evaluated = evaluate.partial(work_dir=work).expand(spec=plan())

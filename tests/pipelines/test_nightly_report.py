@@ -122,3 +122,24 @@ def test_the_error_gives_tonights_figure_as_its_reference_is_given(home):
     candidate = {**SST2, "version": "2", "role": "candidate", "metrics": {"accuracy": 17 / 39}}
     with pytest.raises(BertPipelineError, match=r"candidate/bert-sst-2/accuracy 0.435897 vs 0.923077 \(allowed drop"):
         nightly.compare_and_report([champion, candidate], {}, str(home / "night1"))
+
+
+def test_a_speed_figure_is_compared_only_with_nights_that_measured_it_alike(home):
+    """throughput_max_seq_length 128 -> 512 changes the ratio itself: the night after the change failed on a drop
+    that was the new setting's, against nights measured at the old one."""
+    from bert_core.errors import BertPipelineError
+    from operators import nightly
+
+    key = "throughput/bert_6_384_12/train"
+    short = {"throughput": {"steps": 6, "batch_size": 16, "max_seq_length": 128}}
+    long = {"throughput": {"steps": 6, "batch_size": 16, "max_seq_length": 512}}
+    nightly.compare_and_report([SST2], {key: 2.0}, str(home / "night1"), speed_settings=short)
+    summary = nightly.compare_and_report([SST2], {key: 1.2}, str(home / "night2"), speed_settings=long)
+    assert summary["status"] == "passed"
+    report = (home / "night2" / "report" / "report.md").read_text()
+    assert f"{key}: 1 of the last 1 good night(s) measured it with other throughput settings; not its reference." in report
+    assert _run(summary["mlflow_run_id"]).data.params["speed_settings.throughput"] == (
+        '{"batch_size": 16, "max_seq_length": 512, "steps": 6}')
+    # Against the nights measured alike it is still judged.
+    with pytest.raises(BertPipelineError, match=rf"{key} 0.8 vs 1.2 "):
+        nightly.compare_and_report([SST2], {key: 0.8}, str(home / "night3"), speed_settings=long)
