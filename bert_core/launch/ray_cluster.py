@@ -37,10 +37,13 @@ def forwarded_env() -> dict[str, str]:
 
 def worker_env() -> dict[str, str]:
     """What a training or search worker gets from its driver: FORWARDED_ENV, and the driver's home, so the
-    embedded defaults (tracking store, caches) are the driver's, not the raylet's."""
-    from bert_core.io.tracking import pipeline_home
+    embedded defaults (tracking store, caches) are the driver's, not the raylet's. MLflow's artifact progress bars
+    are off (unless the driver's environment says otherwise): a worker's output is a log, never a terminal, and
+    rank 0's log_model printed eight frames of `Downloading artifacts: 100%|...` into every run's log."""
+    from bert_core.io.tracking import PROGRESS_BAR_ENV, pipeline_home
 
-    return {**forwarded_env(), "BERT_PIPELINE_HOME": str(pipeline_home())}
+    return {PROGRESS_BAR_ENV: os.environ.get(PROGRESS_BAR_ENV) or "false", **forwarded_env(),
+            "BERT_PIPELINE_HOME": str(pipeline_home())}
 
 
 def cluster_address() -> str | None:

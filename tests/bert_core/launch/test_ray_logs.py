@@ -40,3 +40,14 @@ def test_a_run_logs_no_per_report_line():
     assert done.returncode == 0, out[-3000:]
     assert "Checkpoint successfully created" in out, out[-3000:]  # the worker's INFO lines do reach the driver
     assert "Reporting training result" not in out, out[-3000:]
+
+
+def test_workers_get_mlflows_artifact_progress_bars_off_unless_the_driver_sets_them(monkeypatch):
+    """Walked: rank 0's log_model at the end of `ray job submit ... pretrain` put eight carriage-return frames of
+    `Downloading artifacts: 100%|...` into the job's log."""
+    from bert_core.launch.ray_cluster import worker_env
+
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    assert worker_env()["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] == "false"
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "true")
+    assert worker_env()["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] == "true"
