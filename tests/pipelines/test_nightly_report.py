@@ -53,6 +53,10 @@ def test_a_worse_candidate_is_named_as_the_candidate_not_as_the_champion(home):
     assert status == {"bert-sst-2/accuracy": False, "candidate/bert-sst-2/accuracy": True}
     report = (home / "night2" / "report" / "report.md").read_text()
     assert "**FAILED: 1 regression(s)**: candidate/bert-sst-2/accuracy" in report
+    # What to do about it: an undecided worse version fails every night until someone acts.
+    assert ("bert-sst-2: candidate v2 against champion v1. It was registered without a promotion decision, so it is "
+            "judged each night until a newer version is registered, or its `promotion.decision` tag is set to "
+            "`rejected` (or it is deleted) in the registry: models:/bert-sst-2/2.") in report
 
 
 def test_a_candidate_promotion_rejected_is_shown_not_counted(home):
