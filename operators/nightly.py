@@ -483,8 +483,22 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
         # Not `nights` (the setting, logged as the param speed_reference_nights below): the history plotted, each
         # night by its start (UTC), failed ones marked; tonight's candidates beside their champions, and where each
         # figure would have regressed.
-        plotted = [{"label": _when(r)[5:16].replace("T", " "), "metrics": dict(r.data.metrics),
+        # A model's figures of a night scored on other pinned data are another measure: left out of its plot.
+        def same_data(run: Any, key: str) -> bool:
+            model = key.removeprefix("candidate/").split("/", 1)[0]
+            if model not in champions:
+                return True
+            prefix = f"data_sha256.{champions[model]['task']}."
+            old = {k: v for k, v in run.data.params.items() if k.startswith(prefix)}
+            return not old or old == {k: v for k, v in pins.items() if k.startswith(prefix)}
+
+        plotted = [{"label": _when(r)[5:16].replace("T", " "),
+                    "metrics": {k: v for k, v in r.data.metrics.items() if same_data(r, k)},
                     "status": r.data.tags.get(STATUS_TAG)} for r in history]
+        other_data = sum(1 for r, night in zip(history, plotted) if len(night["metrics"]) < len(r.data.metrics))
+        if other_data:
+            notes.append(f"The history plots leave out the figures of {other_data} earlier night(s) scored on other "
+                         "pinned data.")
         plotted.append({"label": "tonight", "metrics": measured, "status": status})
         floors = {f.key: (f.reference + f.allowed_drop if metric_name(f.key) in LOWER_IS_BETTER
                           else f.reference - f.allowed_drop)

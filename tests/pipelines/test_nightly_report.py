@@ -147,3 +147,22 @@ def test_a_speed_figure_is_compared_only_with_nights_that_measured_it_alike(home
     # Against the nights measured alike it is still judged.
     with pytest.raises(BertPipelineError, match=rf"{key} 0.8 vs 1.2 "):
         nightly.compare_and_report([SST2], {key: 0.8}, str(home / "night3"), speed_settings=long)
+
+
+def test_the_history_plots_leave_out_nights_scored_on_other_pinned_data(home, monkeypatch):
+    """A night on a changed dev file is not compared (its figure measures the data), but its point was drawn in the
+    model's history as if it were: 0.5 on other data beside 0.9 read as a collapse."""
+    import evaluation.regression
+    from operators import nightly
+
+    drawn = []
+    real = evaluation.regression.plot_history
+    monkeypatch.setattr(evaluation.regression, "plot_history",
+                        lambda history, *args: drawn.append(history) or real(history, *args))
+    nightly.compare_and_report([SST2], {}, str(home / "night1"))
+    other = {**SST2, "metrics": {"accuracy": 0.5}, "data_sha256": {"dev.tsv": "b" * 64}}
+    assert nightly.compare_and_report([other], {}, str(home / "night2"))["status"] == "passed"
+    nightly.compare_and_report([SST2], {}, str(home / "night3"))
+    assert [night["metrics"].get("bert-sst-2/accuracy") for night in drawn[-1]] == [0.9, None, 0.9]
+    report = (home / "night3" / "report" / "report.md").read_text()
+    assert "The history plots leave out the figures of 1 earlier night(s) scored on other pinned data." in report
