@@ -9,6 +9,7 @@ is the run's work_dir when that is a local directory, else HOME/runs/<dag_id>/<U
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -16,6 +17,7 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -248,6 +250,40 @@ def check_conf(dag, conf: dict[str, Any]) -> None:
                           f"{str(exc).split(chr(10) * 2)[0]}") from None
 
 
+@contextlib.contextmanager
+def stop_on_signals(out) -> Iterator[None]:
+    """Ctrl-C (SIGINT) or SIGTERM stops the run: the task running is interrupted and fails without a retry, the
+    tasks after it fail before they start, and dag.test() returns a failed run, recorded as such in Airflow's
+    database. Before, SIGINT failed the running task into a retry and the run went on; a second signal stops the
+    process at once (the default handlers are back after the first)."""
+    import signal
+    import threading
+
+    from operators.airflow_tasks import request_stop
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        name = signal.Signals(signum).name
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        out.write(f"{name}: stopping the run (the task running fails, no task starts; again to stop at once)\n")
+        out.flush()
+        if request_stop(name):
+            raise KeyboardInterrupt(name)
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in before:
+        signal.signal(s, stop)
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
 def run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, home: str | os.PathLike | None = None,
             verbose: bool = False) -> DagRunResult:
     """Run `dag_id` once with `conf` (dag.test() on the embedded home at `home`), showing the run view; returns
@@ -298,7 +334,8 @@ def _run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, log_path: Path, h
         error: Exception | None = None
         dag_run = None
         try:
-            dag_run = dag.test(run_after=when, logical_date=when, run_conf=conf)
+            with stop_on_signals(out):
+                dag_run = dag.test(run_after=when, logical_date=when, run_conf=conf)
         except Exception as exc:  # noqa: BLE001  (said on the terminal below; the traceback is in the log)
             import traceback
 

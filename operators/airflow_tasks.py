@@ -111,6 +111,25 @@ def running_task() -> tuple[str, str | None] | None:
     return label, (context.get("params") or {}).get("work_dir")
 
 
+class _Stop:
+    """A stop asked of an in-process run (Ctrl-C or SIGTERM of `bert-pipeline run`, whose dag.test() runs every
+    task in its own main thread): the task running then ends at once, failed, not retried; each task after it
+    fails before it starts, so the run ends failed instead of retrying a task the user stopped."""
+
+    signal_name: str | None = None
+    in_task = False
+
+
+def request_stop(signal_name: str) -> bool:
+    """Record the stop; True when one of our tasks is running now (the caller interrupts it)."""
+    _Stop.signal_name = signal_name
+    return _Stop.in_task
+
+
+def _stopped_message(when: str) -> str:
+    return f"the run was stopped ({_Stop.signal_name}) {when}: not retried"
+
+
 def bert_task(python_callable: Callable | None = None, **task_kwargs: Any):
     """Use like `@task` (also `@bert_task(multiple_outputs=True)`, `.override(...)`, `.partial().expand()`)."""
 
@@ -119,8 +138,11 @@ def bert_task(python_callable: Callable | None = None, **task_kwargs: Any):
         def run(*args: Any, **kwargs: Any) -> Any:
             from airflow.sdk.exceptions import AirflowFailException
 
+            if _Stop.signal_name:
+                raise AirflowFailException(_stopped_message("before this task started"))
             running = running_task()
             with s3_credentials_from_connection(), recorded():
+                _Stop.in_task = True
                 try:
                     if running is not None:
                         handoff.check_work_dir(running[1], executor_setting(), running[0])
@@ -129,7 +151,17 @@ def bert_task(python_callable: Callable | None = None, **task_kwargs: Any):
                         handoff.check_handoff(result, running[1], running[0])
                     return result
                 except BertPipelineError as exc:
+                    if _Stop.signal_name:
+                        raise AirflowFailException(_stopped_message("while this task ran")) from exc
                     raise AirflowFailException(str(exc)) from exc
+                except KeyboardInterrupt as exc:
+                    raise AirflowFailException(_stopped_message("while this task ran")) from exc
+                except Exception as exc:
+                    if _Stop.signal_name:  # what the interrupted work raised (a Ray run aborted, a closed pipe)
+                        raise AirflowFailException(_stopped_message("while this task ran")) from exc
+                    raise
+                finally:
+                    _Stop.in_task = False
 
         return airflow_task(run, **{**RETRY_POLICY, **task_kwargs})
 

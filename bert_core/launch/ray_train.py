@@ -28,8 +28,10 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
 import socket
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -337,6 +339,34 @@ def preemption_watcher(enabled: bool):
         os.environ.pop(PREEMPTION_WATCHER_ENV, None)
 
 
+@contextlib.contextmanager
+def _sigint_passed_on():
+    """fit() puts Ray Train's SIGINT handler in place (it aborts the run gracefully) and leaves it there after
+    the run, bound to the finished run's controller: the process's own handler (the CLI's KeyboardInterrupt,
+    `bert-pipeline run`'s stop of the whole DAG run) never saw a Ctrl-C again, and one during fit() became a
+    failed step that Airflow retried. After fit() the handler from before is back, and a SIGINT Ray Train took
+    is delivered to it."""
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        handler = signal.getsignal(signal.SIGINT)
+        if handler is not before and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, before)
+            if _sigints_taken(handler):
+                signal.raise_signal(signal.SIGINT)
+
+
+def _sigints_taken(handler) -> int:
+    """How many SIGINTs Ray Train's handler (a closure counting them in `sigint_count`) took; 0 for another."""
+    code, cells = getattr(handler, "__code__", None), getattr(handler, "__closure__", None) or ()
+    names = dict(zip(code.co_freevars, cells)) if code is not None else {}
+    try:
+        return int(names["sigint_count"].cell_contents)
+    except (KeyError, ValueError, TypeError):
+        return 0
+
+
 @dataclass
 class _Job:
     name: str  # the Ray run's name under storage
@@ -400,7 +430,7 @@ def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: 
     log.info("Ray Train: %s%s, run %r under %s", job.describe(), " on GPUs" if job.use_gpu else "",
              job.name, job.storage)
     try:
-        with preemption_watcher(job.resumable and not on_local_instance()):
+        with preemption_watcher(job.resumable and not on_local_instance()), _sigint_passed_on():
             result = trainer.fit()
     except ray.train.TrainingFailedError as exc:
         root_error = _root_error(exc)
