@@ -302,7 +302,7 @@ def train(cfg: FinetuneConfig, tracker: Tracker, prepared: Prepared,
     if rank == 0:
         log.info("%s", prepared.precision.describe())
         log.info("fine-tuning %s on %d training rows (%d updates over %d epochs, %d worker(s)) from %s",
-                 task.name, n_train, total_steps, cfg.epochs, world, prepared.model_dir)
+                 task.name, n_train, total_steps, cfg.epochs, world, storage.source_uri(prepared.model_dir))
     history: list[dict[str, float]] = []
     best: tuple[float, int, dict, Path] | None = None
     scratch = Path(tempfile.mkdtemp(prefix="bert-finetune-"))

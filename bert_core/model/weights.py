@@ -139,7 +139,7 @@ def load_state_into(model: torch.nn.Module, state: dict[str, torch.Tensor], sour
     prefix = "" if any(k.startswith("bert.") for k in own) else "bert."
     expected = {prefix + k: v for k, v in own.items() if prefix + k not in _TIED}
     state = normalize_keys(state)
-    report = LoadReport(source)
+    report = LoadReport(storage.source_uri(source))  # a cached copy of an s3:// model is named by its URI
     new_heads = getattr(model, "new_head_prefixes", ())
     missing, unexpected, mis_shaped = [], [], []
     for key, param in expected.items():
@@ -160,7 +160,7 @@ def load_state_into(model: torch.nn.Module, state: dict[str, torch.Tensor], sour
         problems.append(f"{len(unexpected)} checkpoint weight(s) this architecture has no place for "
                         f"({_summarize(unexpected)})")
     if problems:
-        raise CheckpointMismatchError(f"{source}: weights do not fit the model config: " + "; ".join(problems)
+        raise CheckpointMismatchError(f"{report.source}: weights do not fit the model config: " + "; ".join(problems)
                                       + ". Is config.json the one these weights were trained with?")
     with torch.no_grad():
         for key, param in expected.items():

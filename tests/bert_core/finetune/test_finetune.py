@@ -2,6 +2,7 @@
 showing that training moves the dev metric above chance; plus outputs, idempotence and bad input."""
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -323,7 +324,7 @@ def test_predicted_token_outputs_never_answer_from_padding(tmp_path):
         assert (out[name][1, :5] > -1e3).all()
 
 
-def test_a_finished_run_on_s3_is_found_up_to_date_from_another_machine(tiny_bert, tmp_path, monkeypatch):
+def test_a_finished_run_on_s3_is_found_up_to_date_from_another_machine(tiny_bert, tmp_path, monkeypatch, caplog):
     """Data, model and output on S3; the same run again with another local cache (another Celery worker, another
     HOME) finds the output up to date instead of refusing it as another result: the manifest names the inputs by
     their s3:// URIs, not by their cached copies' paths."""
@@ -337,7 +338,11 @@ def test_a_finished_run_on_s3_is_found_up_to_date_from_another_machine(tiny_bert
         cfg = FinetuneConfig(task="sst-2", data_dir="s3://ftrun/data", model="s3://ftrun/tiny",
                              output="s3://ftrun/out", epochs=1, max_seq_length=16, **FAST)
         monkeypatch.setenv("BERT_PIPELINE_CACHE", str(tmp_path / "worker-1-cache"))
-        first = finetune(cfg)
+        with caplog.at_level(logging.INFO):
+            first = finetune(cfg)
+        # The log names the model by its URI, not by this machine's cached copy of it.
+        assert "worker(s)) from s3://ftrun/tiny\n" in caplog.text + "\n", caplog.text
+        assert "s3://ftrun/tiny: newly initialised" in caplog.text and "worker-1-cache" not in caplog.text
         uris = {i["uri"] for i in first["inputs"]}
         assert {"s3://ftrun/data/train.tsv", "s3://ftrun/data/dev.tsv", "s3://ftrun/tiny/model.safetensors"} <= uris
         assert all(uri.startswith("s3://ftrun/") for uri in uris), uris
