@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bert_core.io.environment import env_default
+
 log = logging.getLogger(__name__)
 
 PRETRAIN_EXPERIMENT = "bert-pretrain"
@@ -81,14 +83,8 @@ def quiet_artifact_transfers() -> Iterator[None]:
     """MLflow's artifact progress bars off inside (they are noise in a command's output and a log: a dozen
     carriage-return frames of `Downloading artifacts: 100%|...` before `predict --model models:/...`'s one line,
     and in `export --register --promote`'s serving check), unless the user set MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR."""
-    if PROGRESS_BAR_ENV in os.environ:
+    with env_default(PROGRESS_BAR_ENV, "false"):
         yield
-        return
-    os.environ[PROGRESS_BAR_ENV] = "false"
-    try:
-        yield
-    finally:
-        os.environ.pop(PROGRESS_BAR_ENV, None)
 
 
 def embedded_tracking_uri() -> str:

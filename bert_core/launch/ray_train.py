@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
+import math
 import os
 import shutil
 import signal
@@ -49,6 +50,7 @@ from bert_core import logs
 from bert_core.deploy.mlflow_model import pyfunc_spec
 from bert_core.errors import BertPipelineError
 from bert_core.io import storage
+from bert_core.io.environment import env_default
 from bert_core.io.tracking import NullTracker, Tracker, build_tracker, pipeline_home
 from bert_core.launch import ray_logs
 from bert_core.launch.ray_cluster import connect, on_local_instance, worker_env
@@ -329,14 +331,23 @@ PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
 def preemption_watcher(enabled: bool):
     """While the block runs, Ray Train starts the preemption watcher only when `enabled` (it reads the variable
     when fit() creates its controller, and passes it on to it)."""
-    if enabled or PREEMPTION_WATCHER_ENV in os.environ:
+    with contextlib.nullcontext() if enabled else env_default(PREEMPTION_WATCHER_ENV, "0"):
         yield
-        return
-    os.environ[PREEMPTION_WATCHER_ENV] = "0"
-    try:
-        yield
-    finally:
-        os.environ.pop(PREEMPTION_WATCHER_ENV, None)
+
+
+# How long Ray Train waits for one attempt to place and start the worker group (its default 60 s); the controller
+# reads it from the driver's environment when fit() creates it.
+START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
+RAY_START_ATTEMPT_S = 60.0
+# An attempt also starts the workers once placed (imports, the process group): seconds, tens on a loaded machine.
+MIN_START_ATTEMPT_S = 30.0
+
+
+def start_attempt_s(placement_timeout: float) -> float:
+    """Ray Train's attempt length that divides --placement-timeout into whole attempts of at most its default
+    (and at least MIN_START_ATTEMPT_S): the timeout is checked as each attempt fails (WorkerGroupWatch), so with
+    60 s attempts a `--placement-timeout 90` failed at 120 s; with 45 s attempts it fails at 90."""
+    return max(MIN_START_ATTEMPT_S, placement_timeout / math.ceil(placement_timeout / RAY_START_ATTEMPT_S))
 
 
 @contextlib.contextmanager
@@ -430,7 +441,8 @@ def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: 
     log.info("Ray Train: %s%s, run %r under %s", job.describe(), " on GPUs" if job.use_gpu else "",
              job.name, job.storage)
     try:
-        with preemption_watcher(job.resumable and not on_local_instance()), _sigint_passed_on():
+        with (preemption_watcher(job.resumable and not on_local_instance()),
+              env_default(START_TIMEOUT_ENV, f"{start_attempt_s(job.placement_timeout):g}"), _sigint_passed_on()):
             result = trainer.fit()
     except ray.train.TrainingFailedError as exc:
         root_error = _root_error(exc)

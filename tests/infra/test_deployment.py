@@ -80,11 +80,13 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "COLUMNS": ("local",),  # the terminal's width, for the live run view of `demo` / `run`
     "BERT_PIPELINE_WORKER_HOSTNAME": ("local",),  # each Celery worker's host name in the production profile
     # Set by the project for its own processes: MLflow's download bars off while a report is built; Ray Train's
-    # preemption watcher off on a single-machine instance (there is no node to be preempted); the dashboard of
+    # preemption watcher off on a single-machine instance (there is no node to be preempted), and its worker-group
+# start attempts cut to fit --placement-timeout (bert_core.launch.ray_train.start_attempt_s); the dashboard of
     # the local Ray instance connect() starts, named to its workers; MLflow's own logger set-up off on a Ray
     # worker of an Airflow task (bert_core.logs).
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": ("runtime",),
     "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": ("runtime",),
+    "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": ("runtime",),
     "RAY_API_SERVER_ADDRESS": ("runtime",),
     "MLFLOW_CONFIGURE_LOGGING": ("runtime",),
 }
@@ -124,6 +126,9 @@ def _module_env_reads(tree: ast.Module) -> set[str]:
             if (func.attr in ("get", "setdefault", "pop") and is_environ(func.value)) or (
                     func.attr == "getenv" and isinstance(func.value, ast.Name) and func.value.id == "os"):
                 found.update(names(node.args[0]))
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "env_default"
+                and node.args):  # bert_core.io.environment.env_default(NAME, value)
+            found.update(names(node.args[0]))
         elif isinstance(node, ast.Subscript) and is_environ(node.value):
             found.update(names(node.slice))
     return found
