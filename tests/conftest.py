@@ -83,3 +83,22 @@ def pytest_collection_modifyitems(session, config, items):
         return rank.get(path, len(rank))
 
     items.sort(key=key)  # stable: the rest keep their collection order
+
+
+@pytest.fixture
+def s3_bert_bucket(monkeypatch):
+    """An S3-compatible server on loopback (moto) holding the empty bucket `bert`; dummy credentials that only it
+    accepts. Yields bert_core.io.storage."""
+    from moto import server as moto_server
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    from bert_core.io import storage
+    storage.s3_client().create_bucket(Bucket="bert")
+    yield storage
+    server.stop()

@@ -11,29 +11,13 @@ from bert_core.launch.run import naming_flag, run_step
 from bert_core.pretrain.step import PRETRAIN
 
 
-@pytest.fixture
-def s3(monkeypatch):
-    from moto import server as moto_server
-
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    from bert_core.io import storage
-    storage.s3_client().create_bucket(Bucket="bert")
-    yield storage
-    server.stop()
-
-
 def _finetune(**kw) -> FinetuneConfig:
     return FinetuneConfig(task="SST-2", **{"data_dir": "s3://bert/glue/SST-2", "model": "s3://bert/model",
                                            "output": "s3://bert/out", "tracking": False, **kw})
 
 
-def test_finetune_errors_about_s3_inputs_name_their_flags(s3):
+def test_finetune_errors_about_s3_inputs_name_their_flags(s3_bert_bucket):
+    s3 = s3_bert_bucket
     with pytest.raises(BertPipelineError) as err:
         run_step(FINETUNE, _finetune())
     assert str(err.value) == "--data-dir: s3://bert/glue/SST-2: no objects under this prefix"

@@ -350,25 +350,8 @@ def test_cli_help_and_runs(cfg, data, tmp_path, monkeypatch, capsys):
     assert len(err) == 1 and "error: --data: no shards match" in err[0]
 
 
-@pytest.fixture
-def s3(monkeypatch):
-    """An S3-compatible server on loopback (moto); dummy credentials that only it accepts."""
-    from moto import server as moto_server
-
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    from bert_core.io import storage
-    storage.s3_client().create_bucket(Bucket="bert")
-    yield storage
-    server.stop()
-
-
-def test_s3_shards_checkpoints_and_output(cfg, data, s3, tmp_path, monkeypatch):
+def test_s3_shards_checkpoints_and_output(cfg, data, s3_bert_bucket, tmp_path, monkeypatch):
+    s3 = s3_bert_bucket
     for path in sorted(data.iterdir()):
         s3.upload_file(path, f"s3://bert/shards/{path.name}")
     common = dict(data="s3://bert/shards/part-*.npz", output="s3://bert/models/tiny", ckpt_dir="s3://bert/ckpt",
