@@ -457,12 +457,21 @@ def test_an_s3_model_is_registered_with_its_fine_tuning_runs_metrics(models, tmp
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv("BERT_PIPELINE_CACHE", str(tmp_path / "cache"))
+    # moto keeps its buckets in the process, for the other tests of this worker too: a bucket of this test's own,
+    # removed after
+    bucket = "export-register-s3"
     with multinode_cluster.moto_s3():
-        storage.s3_client().create_bucket(Bucket="models")
-        storage.upload_dir(models["sst-2"], "s3://models/sst2-run")
-        assert main(["export", "--task", "classification", "--model", "s3://models/sst2-run/model", "--output",
-                     str(tmp_path / "onnx"), "--dynamic-batch", "--dynamic-seq", "--max-seq-length", "32",
-                     "--register", "bert-sst-2", "--promote"]) == 0
+        client = storage.s3_client()
+        client.create_bucket(Bucket=bucket)
+        try:
+            storage.upload_dir(models["sst-2"], f"s3://{bucket}/sst2-run")
+            assert main(["export", "--task", "classification", "--model", f"s3://{bucket}/sst2-run/model",
+                         "--output", str(tmp_path / "onnx"), "--dynamic-batch", "--dynamic-seq", "--max-seq-length",
+                         "32", "--register", "bert-sst-2", "--promote"]) == 0
+        finally:
+            for key in storage.list_files(f"s3://{bucket}"):
+                client.delete_object(Bucket=bucket, Key=key)
+            client.delete_bucket(Bucket=bucket)
     out = capsys.readouterr().out  # after moto's "Starting a new Thread ..." line
     report = json.loads(out[out.index("{"):].split("\n}\n")[0] + "\n}")["registry"]
     assert report["candidate_metrics"] == json.loads((models["sst-2"] / "manifest.json").read_text())["metrics"]
