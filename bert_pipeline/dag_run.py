@@ -259,7 +259,7 @@ def stop_on_signals(out) -> Iterator[None]:
     import signal
     import threading
 
-    from operators.airflow_tasks import request_stop
+    from operators.airflow_tasks import clear_stop, request_stop
 
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -282,6 +282,7 @@ def stop_on_signals(out) -> Iterator[None]:
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
+        clear_stop()  # else every task of a later run in this process would fail as stopped
 
 
 def run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, home: str | os.PathLike | None = None,

@@ -126,6 +126,11 @@ def request_stop(signal_name: str) -> bool:
     return _Stop.in_task
 
 
+def clear_stop() -> None:
+    """The run that asked for the stop has ended: later runs of this process start afresh."""
+    _Stop.signal_name = None
+
+
 def _stopped_message(when: str) -> str:
     return f"the run was stopped ({_Stop.signal_name}) {when}: not retried"
 

@@ -30,10 +30,13 @@ def test_a_first_signal_stops_the_run_and_a_second_the_process(no_stop, monkeypa
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
     assert {s: signal.getsignal(s) for s in before} == before
+    assert airflow_tasks._Stop.signal_name is None
 
-    airflow_tasks._Stop.signal_name = None
     monkeypatch.setattr(airflow_tasks._Stop, "in_task", True)
     with pytest.raises(KeyboardInterrupt), stop_on_signals(io.StringIO()):
-        os.kill(os.getpid(), signal.SIGINT)  # a task is running: interrupted
-    assert airflow_tasks._Stop.signal_name == "SIGINT"
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # a task is running: interrupted
+        finally:
+            assert airflow_tasks._Stop.signal_name == "SIGINT"
     assert {s: signal.getsignal(s) for s in before} == before
+    assert airflow_tasks._Stop.signal_name is None  # a later run in this process starts afresh
