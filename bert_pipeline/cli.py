@@ -41,6 +41,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "bert_pipeline.commands.run",
         "run one of the DAGs (bert_pretraining, bert_finetune, ...) once, in this process, with a live task view",
     ),
+    "promote": (
+        "bert_pipeline.commands.promote",
+        "put a registered model version through the promotion gates, promote it by hand, or reject it",
+    ),
     "report": ("bert_pipeline.commands.report", "build a DAG run's report.html: curves, registry decisions, timeline"),
     "stack": (
         "bert_pipeline.commands.stack",

@@ -460,8 +460,8 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
             if any(f.regressed for f in found):
                 # What the one on call can do about a worse version nobody decided on: it fails every night else.
                 note += (f" It was registered without a promotion decision, so it is judged each night until a newer "
-                         f"version is registered, or its `promotion.decision` tag is set to `rejected` (or it is "
-                         f"deleted) in the registry: models:/{name}/{cand['version']}.")
+                         f"version is registered or it is decided: `bert-pipeline promote {name} {cand['version']} "
+                         f"--reject 'WHY'` (models:/{name}/{cand['version']}).")
             notes.append(note)
         vs_champion += found
         versus.update({f.key: f" (candidate v{cand['version']} against champion v{champ['version']})" for f in found})

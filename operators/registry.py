@@ -28,6 +28,13 @@ CHAMPION = "champion"
 PREVIOUS = "previous"
 PRETRAINED = "bert-pretrained"
 METRIC_TAG = "metric."
+# What a model that ignores its input scores on the dev data the version's metrics came from
+# (bert_core.metrics.scoring.chance_metrics), recorded at registration so that every later promotion of the
+# version (the DAG's, `export --promote`, `bert-pipeline promote`) applies the same chance check.
+CHANCE_TAG = "chance."
+# The gate metrics of a version registered under a name that is not its task's (`export --register NAME`); other
+# versions are gated by their name (default_gates).
+GATES_TAG = "gates"
 # Metrics where lower is better; every other gate metric is higher-is-better.
 LOWER_IS_BETTER = frozenset({"loss", "mlm_loss", "nsp_loss"})
 # Gate metrics per registered model when the caller names none (fine-tuned tasks: the task's main metric).
@@ -98,13 +105,15 @@ def _client(tracking_uri: str | None):
 
 
 def register(run_id: str, name: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
-             artifact: str = "model", tracking_uri: str | None = None) -> dict[str, Any]:
+             artifact: str = "model", tracking_uri: str | None = None,
+             chance: dict[str, float] | None = None) -> dict[str, Any]:
     """Register the model logged in `run_id` under the name `artifact` as a new version of `name`.
 
     The version's source is the logged model's own URI (models:/m-...): MLflow 3 keeps a logged model apart from
     the run's artifacts. The registered model is created once, race-free; concurrent registrations each get their
     own version (the store numbers them in a transaction). Returns {"name", "version", "run_id", "source",
-    "metrics"}. The metrics become `metric.<k>` tags."""
+    "metrics"}. The metrics become `metric.<k>` tags; `chance`, the chance level of the dev data they were scored
+    on, `chance.<k>` tags (what promotion's chance check reads)."""
     from bert_core.errors import BertPipelineError
     from operators.promotion_lock import ensure_registered_model
 
@@ -119,6 +128,7 @@ def register(run_id: str, name: str, metrics: dict[str, float] | None = None, ta
                                 f"as {name} (was the run's model logged with log_model_dir?)")
     model_id = logged[0].model_id
     all_tags = {f"{METRIC_TAG}{k}": repr(float(v)) for k, v in (metrics or {}).items()}
+    all_tags.update({f"{CHANCE_TAG}{k}": repr(float(v)) for k, v in (chance or {}).items()})
     all_tags.update(tags or {})
     all_tags.setdefault("run_id", run_id)
     version = client.create_model_version(name, f"models:/{model_id}", run_id=run_id, tags=all_tags,
@@ -143,7 +153,7 @@ def _link_logged_model(client, model_id: str, name: str, version: str) -> None:
 def register_model_dir(model_dir: str | Path, name: str, metrics: dict[str, float] | None = None,
                        tags: dict[str, str] | None = None, export_dir: str | Path | None = None,
                        experiment: str = "bert-export", tracking_uri: str | None = None,
-                       quantized: bool = False) -> dict[str, Any]:
+                       quantized: bool = False, chance: dict[str, float] | None = None) -> dict[str, Any]:
     """Log a model directory (with `export_dir`: served through that export's graph; with `quantized`, its
     INT8 graph) in a new run of `experiment` and register it as a new version of `name`; promotion then
     checks that this artifact answers the model's check examples as they were scored (check_examples.json;
@@ -176,12 +186,13 @@ def register_model_dir(model_dir: str | Path, name: str, metrics: dict[str, floa
         raise
     tracker.end()
     all_tags = {"served_by": served_by, **(tags or {})}
-    return register(tracker.run_id, name, metrics, tags=all_tags, tracking_uri=tracking_uri)
+    return register(tracker.run_id, name, metrics, tags=all_tags, tracking_uri=tracking_uri, chance=chance)
 
 
-def version_metrics(client, name: str, version: str) -> dict[str, float]:
+def version_metrics(client, name: str, version: str, prefix: str = METRIC_TAG) -> dict[str, float]:
+    """The version's recorded metrics (`metric.<k>` tags); with prefix=CHANCE_TAG, their chance levels."""
     tags = client.get_model_version(name, str(version)).tags
-    return {k[len(METRIC_TAG):]: float(v) for k, v in tags.items() if k.startswith(METRIC_TAG)}
+    return {k[len(prefix):]: float(v) for k, v in tags.items() if k.startswith(prefix)}
 
 
 def current_version(client, name: str, alias: str) -> str | None:
@@ -225,15 +236,21 @@ def decide(candidate: dict[str, float], champion: dict[str, float] | None, gates
 
 def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None = None,
             floors: dict[str, float] | None = None, tracking_uri: str | None = None,
-            report_path: str | Path | None = None, require_heldout: bool = False,
-            check_serving: bool = True, chance: dict[str, float] | None = None) -> dict[str, Any]:
+            report_path: str | Path | None = None, check_serving: bool = True,
+            override: str | None = None) -> dict[str, Any]:
     """Move `champion` to `name`/`version` if its gates pass; the replaced champion becomes `previous`.
+
+    The gates: every gate metric no worse than the champion's, at or above the model's floors, better than chance
+    on its dev data (the version's `chance.<k>` tags) and scored on the champion's dev file; for bert-pretrained,
+    metrics measured on held-out data (its `metrics_on` tag, set at registration: a pretrained model scored on
+    its own training data proves nothing).
 
     check_serving: before the alias moves, the registered pyfunc is loaded as `mlflow models serve` loads it
     and answers the dev examples its evaluation scored; any answer that differs blocks the promotion.
 
-    require_heldout: the candidate's metrics must have been measured on held-out data (its `metrics_on`
-    tag, set at registration): a pretrained model scored on its own training data proves nothing.
+    override: a person's reason to promote it whatever the metric gates say (a rollback to an older version, a
+    champion scored on other data); the serving check still applies, and the gates' findings are recorded
+    with the reason.
 
     Promotions of one model run one at a time, on any machine (operators.promotion_lock, a lock in the registry
     itself): the champion is read, compared with and moved inside the lock, so two runs promoting at once leave
@@ -249,15 +266,21 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
 
     client = _client(tracking_uri)
     version = str(version)
+    registered = registered_version(client, name, version)
     candidate = version_metrics(client, name, version)
-    gates = tuple(gates or default_gates(name, candidate))
+    chance = version_metrics(client, name, version, prefix=CHANCE_TAG)
+    recorded = registered.tags.get(GATES_TAG)
+    gates = tuple(gates or (recorded.split(",") if recorded else default_gates(name, candidate)))
     floors = dict(DEFAULT_FLOORS.get(name, {}) if floors is None else floors)
-    registered = client.get_model_version(name, version)
 
     def judge(served: dict[str, Any] | None) -> tuple[str | None, dict[str, float] | None, bool, list[str]]:
-        return _judge(client, name, version, candidate, gates, floors,
-                      registered.tags.get("metrics_on") if require_heldout else "held-out", served, chance,
-                      registered.tags.get(DEV_DATA_TAG))
+        champion_version, champion, promoted, reasons = _judge(
+            client, name, version, candidate, gates, floors,
+            registered.tags.get("metrics_on") if name == PRETRAINED else "held-out", served, chance,
+            registered.tags.get(DEV_DATA_TAG))
+        if override and not promoted and not (served or {}).get("problems"):
+            promoted, reasons = True, [f"promoted by hand ({override}) over the gates: " + "; ".join(reasons)]
+        return champion_version, champion, promoted, reasons
 
     served: dict[str, Any] | None = None
     while True:
@@ -274,7 +297,7 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
                 "promoted": promoted, "champion_after": version if promoted else champion_version,
                 "previous_after": champion_version if promoted and champion_version != version
                 else current_version(client, name, PREVIOUS),
-                "gates": list(gates), "floors": floors, "chance": dict(chance or {}), "candidate_metrics": candidate,
+                "gates": list(gates), "floors": floors, "chance": chance, "candidate_metrics": candidate,
                 "champion_metrics": champion, "reasons": reasons, "decided_at": now(), "serving_check": served,
             }
             ticket.check()
@@ -283,10 +306,8 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
                     client.set_registered_model_alias(name, PREVIOUS, champion_version)
                     client.set_model_version_tag(name, champion_version, "promotion.superseded_by", version)
                 client.set_registered_model_alias(name, CHAMPION, version)
-            for key, value in (("decision", "promoted" if promoted else "rejected"),
-                               ("reasons", "; ".join(reasons)), ("compared_to", champion_version or "none"),
-                               ("gates", ",".join(gates)), ("decided_at", report["decided_at"])):
-                client.set_model_version_tag(name, version, f"promotion.{key}", value)
+            _record_decision(client, name, version, "promoted" if promoted else "rejected", reasons,
+                             champion_version, gates, report["decided_at"])
             break
     log.info("%s version %s: %s (%s)", name, version, "promoted to champion" if promoted else "not promoted",
              "; ".join(reasons))
@@ -295,6 +316,64 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
         storage.write_text(str(report_path), json.dumps(report, indent=2) + "\n")
         report["report_path"] = str(report_path)
     return report
+
+
+def reject(name: str, version: str, reason: str, tracking_uri: str | None = None) -> dict[str, Any]:
+    """Record a person's decision that `name`/`version` is not to be served (`promotion.decision` = rejected, with
+    the reason): the nightly then shows its figures without failing on them. The champion cannot be rejected:
+    promote another version (with an override for a rollback) first."""
+    from bert_core.errors import BertPipelineError
+    from bert_core.io.manifest import now
+    from operators import promotion_lock
+
+    client = _client(tracking_uri)
+    version = str(version)
+    registered = registered_version(client, name, version)
+    with promotion_lock.held(client, name, version, registered.run_id) as ticket:
+        champion_version = current_version(client, name, CHAMPION)
+        if champion_version == version:
+            previous = current_version(client, name, PREVIOUS)
+            raise BertPipelineError(
+                f"{name} v{version} is the champion: it cannot be rejected while it is served. Promote another "
+                f"version first" + (f" (to roll back: bert-pipeline promote {name} {previous} --override "
+                                    "'WHY')" if previous else "") + ", then reject it")
+        ticket.check()
+        reasons = [f"rejected by hand: {reason}"]
+        decided_at = now()
+        _record_decision(client, name, version, "rejected", reasons, champion_version, (), decided_at)
+    log.info("%s version %s: rejected by hand (%s)", name, version, reason)
+    return {"name": name, "candidate": version, "champion_before": champion_version, "promoted": False,
+            "champion_after": champion_version, "previous_after": current_version(client, name, PREVIOUS),
+            "candidate_metrics": version_metrics(client, name, version), "reasons": reasons,
+            "decided_at": decided_at}
+
+
+def _record_decision(client, name: str, version: str, decision: str, reasons: list[str], compared_to: str | None,
+                     gates: tuple[str, ...], decided_at: str) -> None:
+    for key, value in (("decision", decision), ("reasons", "; ".join(reasons)), ("compared_to", compared_to or "none"),
+                       ("gates", ",".join(gates)), ("decided_at", decided_at)):
+        client.set_model_version_tag(name, version, f"promotion.{key}", value)
+
+
+def registered_version(client, name: str, version: str):
+    """The registry's record of `name`/`version`, or an error that names the store and what it holds."""
+    from mlflow.exceptions import MlflowException
+
+    from bert_core.errors import BertPipelineError
+
+    try:
+        return client.get_model_version(name, str(version))
+    except MlflowException:
+        pass
+    try:
+        held = sorted(int(v.version) for v in client.search_model_versions(f"name = '{name}'"))
+    except MlflowException:
+        held = []
+    names = sorted(m.name for m in client.search_registered_models())
+    known = (f"its versions: {', '.join(map(str, held))}" if held else
+             f"no model of that name; registered: {', '.join(names) or 'none'}")
+    raise BertPipelineError(f"{name} v{version}: no such registered model version in {client.tracking_uri} "
+                            f"({known})")
 
 
 def _chance_answer(name: str) -> dict[str, str]:

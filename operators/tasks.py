@@ -295,13 +295,13 @@ def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool
     for key in ("metrics_on", "learning_check", registry.DEV_DATA_TAG):
         if trained.get(key):
             tags[key] = str(trained[key])
-    registered = registry.register(trained["mlflow_run_id"], name, trained["metrics"], tags=tags)
+    registered = registry.register(trained["mlflow_run_id"], name, trained["metrics"], tags=tags,
+                                   chance=trained.get("chance"))
     if not promote:
         return {"name": name, "candidate": registered["version"], "promoted": None,
                 "candidate_metrics": registered["metrics"]}
     from bert_core.io import storage
     report = registry.promote(name, registered["version"], floors=floors,
-                              require_heldout=name == registry.PRETRAINED, chance=trained.get("chance"),
                               report_path=storage.join(report_dir, f"{name}-v{registered['version']}.json"))
     if not report["promoted"]:
         log.warning("%s version %s was registered but not promoted: %s", name, registered["version"],

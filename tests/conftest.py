@@ -102,3 +102,29 @@ def s3_bert_bucket(monkeypatch):
     storage.s3_client().create_bucket(Bucket="bert")
     yield storage
     server.stop()
+
+
+@pytest.fixture
+def registry_store(tmp_path, monkeypatch):
+    """An MLflow sqlite store in tmp (the working directory and $BERT_PIPELINE_HOME there too); returns a function
+    that logs a real tiny model and registers it with metrics (and their chance levels): the registry promotion
+    reads, serving check included."""
+    from bert_core.deploy.mlflow_model import pyfunc_spec
+    from bert_core.io.tracking import MlflowTracker
+    from operators import registry
+    from tests.tiny_bert import write_tiny_bert
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    model_dir = write_tiny_bert(tmp_path / "model")
+
+    def add(metrics: dict[str, float], name: str = "bert-sst-2", tags: dict[str, str] | None = None,
+            chance: dict[str, float] | None = None) -> str:
+        tracker = MlflowTracker("bert-finetune/sst-2", pyfunc=pyfunc_spec)
+        tracker.log_model_dir(model_dir)
+        tracker.end()
+        return registry.register(tracker.run_id, name, metrics, tags={"origin": "test", **(tags or {})},
+                                 chance=chance)["version"]
+
+    return add

@@ -97,11 +97,12 @@ def _register(cfg, result: dict, name: str, promote: bool, int8: bool = False) -
     tags = {"metrics_from": source, "export": str(cfg.output)}
     if dev_sha256:
         tags[registry.DEV_DATA_TAG] = dev_sha256
+    # Under a name of its own the version is gated as its task's model is, by every promotion of it.
+    tags[registry.GATES_TAG] = ",".join(registry.default_gates(_own_name(card), metrics))
     registered = registry.register_model_dir(model_dir, name, metrics, export_dir=cfg.output, quantized=int8,
-                                             tags=tags)
+                                             tags=tags, chance=chance)
     if promote:
-        gates = registry.default_gates(_own_name(card), registered["metrics"])
-        return registry.promote(name, registered["version"], gates=gates, chance=chance)
+        return registry.promote(name, registered["version"])
     return registered
 
 

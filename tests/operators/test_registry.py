@@ -12,24 +12,8 @@ from tests.tiny_bert import write_tiny_bert
 
 
 @pytest.fixture()
-def store(tmp_path, monkeypatch):
-    """An MLflow sqlite store in tmp; returns a function that logs a model and registers it with metrics."""
-    from bert_core.deploy.mlflow_model import pyfunc_spec
-    from bert_core.io.tracking import MlflowTracker
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("BERT_PIPELINE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    # A real (tiny) model: promotion loads the registered pyfunc and has it answer before the alias moves.
-    model_dir = write_tiny_bert(tmp_path / "model")
-
-    def add(metrics: dict[str, float], name: str = "bert-sst-2", tags: dict[str, str] | None = None) -> str:
-        tracker = MlflowTracker("bert-finetune/sst-2", pyfunc=pyfunc_spec)
-        tracker.log_model_dir(model_dir)
-        tracker.end()
-        return registry.register(tracker.run_id, name, metrics, tags={"origin": "test", **(tags or {})})["version"]
-
-    return add
+def store(registry_store):
+    return registry_store
 
 
 def _aliases(name: str) -> dict[str, str]:
@@ -95,10 +79,12 @@ def test_metrics_of_another_dev_file_are_not_compared(store):
 
 
 def test_lower_is_better_and_names(store):
-    first = store({"loss": 2.0, "mlm_accuracy": 0.3, "mlm_accuracy_over_chance": 0.24}, name="bert-pretrained")
+    heldout = {"metrics_on": "held-out"}
+    first = store({"loss": 2.0, "mlm_accuracy": 0.3, "mlm_accuracy_over_chance": 0.24}, name="bert-pretrained",
+                  tags=heldout)
     assert registry.promote("bert-pretrained", first, gates=["loss"])["promoted"]
     higher_loss = store({"loss": 2.5, "mlm_accuracy": 0.3, "mlm_accuracy_over_chance": 0.24},
-                        name="bert-pretrained")
+                        name="bert-pretrained", tags=heldout)
     assert not registry.promote("bert-pretrained", higher_loss, gates=["loss"])["promoted"]
     assert registry.model_name("SST-2") == "bert-sst-2" and registry.model_name(None) == "bert-pretrained"
     # Each SQuAD version has its own model (and champion): their dev files and metrics differ.
@@ -125,6 +111,46 @@ def test_a_first_model_must_beat_chance_on_its_gate_metrics():
     # Chance is no bar for a metric that is not a gate, nor where none was measured.
     assert registry.decide({"f1": 0.9, "accuracy": 0.5}, None, ("f1",), {}, mrpc) == (True, [])
     assert registry.decide({"f1": 0.5}, None, ("f1",), {}, None) == (True, [])
+
+
+def test_chance_recorded_at_registration_gates_every_later_promotion(store):
+    """The chance level of a version's dev data is a tag of the version, so a promotion made later (by hand,
+    `bert-pipeline promote`) refuses a first model at chance as the DAG's own promotion does."""
+    mrpc = {"accuracy": 0.6838, "f1": 0.8122}
+    at_chance = store({"f1": 0.8122, "accuracy": 0.6838}, name="bert-mrpc", chance=mrpc)
+    report = registry.promote("bert-mrpc", at_chance, check_serving=False)
+    assert not report["promoted"] and report["chance"] == mrpc
+    assert report["reasons"][0].startswith("f1: 0.8122 is no better than chance 0.8122")
+    better = store({"f1": 0.85, "accuracy": 0.75}, name="bert-mrpc", chance=mrpc)
+    assert registry.promote("bert-mrpc", better, check_serving=False)["promoted"]
+
+
+def test_override_promotes_over_the_gates_and_reject_records_a_decision(store):
+    """A rollback: the champion before is put back by hand over the gates (it scores lower), with the reason and
+    the gates' findings recorded; a worse candidate is rejected by hand; the champion cannot be."""
+    from bert_core.errors import BertPipelineError
+
+    old, new, worse = store({"accuracy": 0.8}), store({"accuracy": 0.9}), store({"accuracy": 0.7})
+    for version in (old, new):
+        assert registry.promote("bert-sst-2", version, check_serving=False)["promoted"]
+    report = registry.promote("bert-sst-2", old, override="v2 answers badly in production")
+    assert report["promoted"] and report["serving_check"]["problems"] == []
+    assert report["reasons"] == ["promoted by hand (v2 answers badly in production) over the gates: accuracy: 0.8 is "
+                                 "worse than the champion's 0.9"]
+    assert _aliases("bert-sst-2") == {"champion": old, "previous": new}
+
+    report = registry.reject("bert-sst-2", worse, "0.7 on SST-2")
+    tags = registry._client(None).get_model_version("bert-sst-2", worse).tags
+    assert tags["promotion.decision"] == "rejected" and tags["promotion.reasons"] == "rejected by hand: 0.7 on SST-2"
+    assert report["champion_after"] == old and _aliases("bert-sst-2") == {"champion": old, "previous": new}
+    with pytest.raises(BertPipelineError, match=f"bert-sst-2 v{old} is the champion: it cannot be rejected while "
+                                                f"it is served.*bert-pipeline promote bert-sst-2 {new} --override"):
+        registry.reject("bert-sst-2", old, "oops")
+    with pytest.raises(BertPipelineError, match=r"bert-sst-2 v9: no such registered model version in sqlite:.*"
+                                                r"\(its versions: 1, 2, 3\)"):
+        registry.promote("bert-sst-2", "9")
+    with pytest.raises(BertPipelineError, match=r"bert-nope v1: .*no model of that name; registered: bert-sst-2"):
+        registry.reject("bert-nope", "1", "x")
 
 
 def test_chance_levels_score_a_constant_answer():
@@ -176,7 +202,7 @@ def test_pretrained_gate_refuses_chance_level_and_training_data_scores(store, tm
     # The failure seen in the field: 0.08 masked-LM accuracy where always predicting "the" scores 0.063.
     stuck = store({"mlm_accuracy": 0.08, "mlm_accuracy_chance": 0.063, "mlm_accuracy_over_chance": 0.017},
                   name="bert-pretrained", tags=heldout)
-    report = registry.promote("bert-pretrained", stuck, require_heldout=True)
+    report = registry.promote("bert-pretrained", stuck)
     assert not report["promoted"]
     assert report["reasons"] == ["mlm_accuracy_over_chance: 0.017 is below the floor 0.05"]
     assert _aliases("bert-pretrained") == {}
@@ -186,13 +212,13 @@ def test_pretrained_gate_refuses_chance_level_and_training_data_scores(store, tm
     # Scored on its own training data: not evidence, whatever the number.
     memorised = store({"mlm_accuracy": 0.9, "mlm_accuracy_over_chance": 0.84}, name="bert-pretrained",
                       tags={"metrics_on": "training data"})
-    report = registry.promote("bert-pretrained", memorised, require_heldout=True)
+    report = registry.promote("bert-pretrained", memorised)
     assert not report["promoted"] and "not on held-out data" in report["reasons"][-1]
 
     good = store({"mlm_accuracy": 0.31, "mlm_accuracy_over_chance": 0.25}, name="bert-pretrained", tags=heldout)
-    assert registry.promote("bert-pretrained", good, require_heldout=True)["promoted"]
+    assert registry.promote("bert-pretrained", good)["promoted"]
     worse = store({"mlm_accuracy": 0.29, "mlm_accuracy_over_chance": 0.23}, name="bert-pretrained", tags=heldout)
-    report = registry.promote("bert-pretrained", worse, require_heldout=True)
+    report = registry.promote("bert-pretrained", worse)
     assert not report["promoted"] and "worse than the champion's 0.31" in report["reasons"][0]
     assert _aliases("bert-pretrained") == {"champion": good}
 
@@ -256,7 +282,7 @@ def registration_output(tmp_path_factory):
                 tracker.end()
                 version = registry.register(tracker.run_id, "bert-pretrained", {"mlm_accuracy": 0.3,
                                             "mlm_accuracy_over_chance": 0.2}, tags={"metrics_on": "held-out"})
-                report = registry.promote("bert-pretrained", version["version"], require_heldout=True)
+                report = registry.promote("bert-pretrained", version["version"])
         finally:
             for lg, level in zip(loggers, levels):
                 lg.removeHandler(keep)

@@ -55,8 +55,8 @@ def test_a_worse_candidate_is_named_as_the_candidate_not_as_the_champion(home):
     assert "**FAILED: 1 regression(s)**: candidate/bert-sst-2/accuracy" in report
     # What to do about it: an undecided worse version fails every night until someone acts.
     assert ("bert-sst-2: candidate v2 against champion v1. It was registered without a promotion decision, so it is "
-            "judged each night until a newer version is registered, or its `promotion.decision` tag is set to "
-            "`rejected` (or it is deleted) in the registry: models:/bert-sst-2/2.") in report
+            "judged each night until a newer version is registered or it is decided: `bert-pipeline promote "
+            "bert-sst-2 2 --reject 'WHY'` (models:/bert-sst-2/2).") in report
 
 
 def test_a_candidate_promotion_rejected_is_shown_not_counted(home):
