@@ -278,8 +278,11 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
             client, name, version, candidate, gates, floors,
             registered.tags.get("metrics_on") if name == PRETRAINED else "held-out", served, chance,
             registered.tags.get(DEV_DATA_TAG))
-        if override and not promoted and not (served or {}).get("problems"):
-            promoted, reasons = True, [f"promoted by hand ({override}) over the gates: " + "; ".join(reasons)]
+        if override and champion_version != version:
+            if promoted:
+                reasons = [*reasons, f"promoted by hand: {override}"]
+            elif not (served or {}).get("problems"):
+                promoted, reasons = True, [f"promoted by hand ({override}) over the gates: " + "; ".join(reasons)]
         return champion_version, champion, promoted, reasons
 
     served: dict[str, Any] | None = None
@@ -342,7 +345,8 @@ def reject(name: str, version: str, reason: str, tracking_uri: str | None = None
         decided_at = now()
         _record_decision(client, name, version, "rejected", reasons, champion_version, (), decided_at)
     log.info("%s version %s: rejected by hand (%s)", name, version, reason)
-    return {"name": name, "candidate": version, "champion_before": champion_version, "promoted": False,
+    return {"name": name, "candidate": version, "rejected_by_hand": True, "champion_before": champion_version,
+            "promoted": False,
             "champion_after": champion_version, "previous_after": current_version(client, name, PREVIOUS),
             "candidate_metrics": version_metrics(client, name, version), "reasons": reasons,
             "decided_at": decided_at}

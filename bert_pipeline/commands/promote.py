@@ -35,14 +35,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def describe(report: dict) -> list[str]:
     """The decision in lines a person reads: what happened to the alias, why, and what can be done about it."""
     name, version, before = report["name"], report["candidate"], report["champion_before"]
+    reasons = report["reasons"]
     if report["promoted"] and before == version:
-        head = f"{name} v{version}: already the champion"
+        head, reasons = f"{name} v{version}: already the champion", []
+    elif report.get("rejected_by_hand"):
+        head = f"{name} v{version}: rejected; the champion " + (f"stays v{before}" if before else "stays unset")
     elif report["promoted"]:
         head = (f"{name} v{version}: promoted to champion"
                 + (f" (v{before} is now previous)" if before else " (the first champion)"))
     else:
         head = f"{name} v{version}: not promoted; the champion " + (f"stays v{before}" if before else "stays unset")
-    lines = [head, *(f"  {reason}" for reason in report["reasons"])]
+    lines = [head, *(f"  {reason}" for reason in reasons)]
     champion = report.get("champion_metrics") or {}
     for metric, value in sorted((report.get("candidate_metrics") or {}).items()):
         against = f" (champion v{before}: {champion[metric]:.6g})" if metric in champion and before != version else ""

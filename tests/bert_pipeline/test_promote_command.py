@@ -26,6 +26,9 @@ def test_promote_reject_and_roll_back_from_the_command_line(registry_store, tmp_
 
     assert main(["promote", "bert-sst-2", worse, "--reject", "worse than v1 on SST-2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["reasons"] == ["rejected by hand: worse than v1 on SST-2"]
+    assert main(["promote", "bert-sst-2", worse, "--reject", "still worse"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"bert-sst-2 v{worse}: rejected; the champion stays v{first}",
+                                                    "  rejected by hand: still worse", "  accuracy: 0.7"]
     assert registry.version_tags("bert-sst-2", worse)["promotion.decision"] == "rejected"
 
     better = registry_store({"accuracy": 0.9})
@@ -37,9 +40,15 @@ def test_promote_reject_and_roll_back_from_the_command_line(registry_store, tmp_
         "  promoted by hand (v3 fails on live traffic) over the gates: accuracy: 0.8 is worse than the champion's 0.9",
         f"  accuracy: 0.8 (champion v{better}: 0.9)"]
     assert registry.latest_versions("bert-sst-2")["champion"] == first
+    assert main(["promote", "bert-sst-2", first]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"bert-sst-2 v{first}: already the champion", "  accuracy: 0.8"]
+    # An override the gates did not need is recorded all the same.
+    assert main(["promote", "bert-sst-2", better, "--override", "v3 fixed"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:3] == ["  every gate metric is no worse than the champion's",
+                                                         "  promoted by hand: v3 fixed"]
 
-    assert main(["promote", "bert-sst-2", first, "--reject", "x"]) == 2
-    assert "bert-pipeline promote: error: bert-sst-2 v1 is the champion" in capsys.readouterr().err
+    assert main(["promote", "bert-sst-2", better, "--reject", "x"]) == 2
+    assert "bert-pipeline promote: error: bert-sst-2 v3 is the champion" in capsys.readouterr().err
     assert main(["promote", "bert-sst-2", "7"]) == 2
     assert "(its versions: 1, 2, 3)" in capsys.readouterr().err
     assert main(["promote", "bert-sst-2", better, "--override", " "]) == 2
