@@ -259,7 +259,7 @@ def stop_on_signals(out) -> Iterator[None]:
     import signal
     import threading
 
-    from operators.airflow_tasks import clear_stop, request_stop
+    from operators.airflow_tasks import clear_stop, request_stop, stop_on_sigterm
 
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -269,7 +269,9 @@ def stop_on_signals(out) -> Iterator[None]:
         name = signal.Signals(signum).name
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        out.write(f"{name}: stopping the run (the task running fails, no task starts; again to stop at once)\n")
+        stop_on_sigterm(signal.SIG_DFL)  # and in the tasks still to come (the report)
+        out.write(f"{name}: stopping the run (the task running fails, no task starts but the run's report; again "
+                  "to stop at once)\n")
         out.flush()
         if request_stop(name):
             raise KeyboardInterrupt(name)
@@ -277,6 +279,7 @@ def stop_on_signals(out) -> Iterator[None]:
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for s in before:
         signal.signal(s, stop)
+    stop_on_sigterm(stop)  # each task puts it back: Airflow's task runner takes SIGTERM for every task it runs
     try:
         yield
     finally:

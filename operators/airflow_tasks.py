@@ -114,10 +114,15 @@ def running_task() -> tuple[str, str | None] | None:
 class _Stop:
     """A stop asked of an in-process run (Ctrl-C or SIGTERM of `bert-pipeline run`, whose dag.test() runs every
     task in its own main thread): the task running then ends at once, failed, not retried; each task after it
-    fails before it starts, so the run ends failed instead of retrying a task the user stopped."""
+    fails before it starts (but the report, bert_task's runs_when_stopped), so the run ends failed instead of
+    retrying a task the user stopped."""
 
     signal_name: str | None = None
     in_task = False
+    # The SIGTERM handler of the process running the DAG run (bert_pipeline.dag_run.stop_on_signals), put back at
+    # the start of each task: Airflow's task runner puts in its own for every task it runs (it calls the operator's
+    # on_kill, a no-op for these tasks, and is never taken out), so a SIGTERM was ignored from the first task on.
+    sigterm_handler: Callable | int | None = None
 
 
 def request_stop(signal_name: str) -> bool:
@@ -129,21 +134,38 @@ def request_stop(signal_name: str) -> bool:
 def clear_stop() -> None:
     """The run that asked for the stop has ended: later runs of this process start afresh."""
     _Stop.signal_name = None
+    _Stop.sigterm_handler = None
+
+
+def stop_on_sigterm(handler: Callable | int) -> None:
+    """`handler` (or signal.SIG_DFL) takes SIGTERM in every task of the in-process DAG run (until clear_stop)."""
+    _Stop.sigterm_handler = handler
+
+
+def _own_sigterm_back() -> None:
+    import signal
+    import threading
+
+    if _Stop.sigterm_handler is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _Stop.sigterm_handler)
 
 
 def _stopped_message(when: str) -> str:
     return f"the run was stopped ({_Stop.signal_name}) {when}: not retried"
 
 
-def bert_task(python_callable: Callable | None = None, **task_kwargs: Any):
-    """Use like `@task` (also `@bert_task(multiple_outputs=True)`, `.override(...)`, `.partial().expand()`)."""
+def bert_task(python_callable: Callable | None = None, *, runs_when_stopped: bool = False, **task_kwargs: Any):
+    """Use like `@task` (also `@bert_task(multiple_outputs=True)`, `.override(...)`, `.partial().expand()`).
+    runs_when_stopped: the task still runs after a stop of the run (the report: a stopped run shows how far it
+    got)."""
 
     def decorate(fn: Callable) -> Any:
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             from airflow.sdk.exceptions import AirflowFailException
 
-            if _Stop.signal_name:
+            _own_sigterm_back()
+            if _Stop.signal_name and not runs_when_stopped:
                 raise AirflowFailException(_stopped_message("before this task started"))
             running = running_task()
             with s3_credentials_from_connection(), recorded():

@@ -9,9 +9,11 @@ malformed GCS address; ours says what to do instead.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from bert_core import logs
@@ -105,13 +107,32 @@ def connect(local_cpus: int | None = None, **init_kwargs: Any) -> None:
         # errors: "Started a local Ray instance", "Connected to Ray cluster" were red lines in every task log.
         logs.info_to_stdout(logging.getLogger("ray"))
     address = cluster_address()
-    if address:
-        wait_for_head(address)
-        ray.init(address=address, **init_kwargs)
-        _local_instance = None
-        return
-    _start_local(local_cpus, **init_kwargs)
+    with _own_sigterm_kept():
+        if address:
+            wait_for_head(address)
+            ray.init(address=address, **init_kwargs)
+            _local_instance = None
+            return
+        _start_local(local_cpus, **init_kwargs)
     _local_instance = ray.get_runtime_context().gcs_address
+
+
+@contextlib.contextmanager
+def _own_sigterm_kept() -> Iterator[None]:
+    """ray.init puts a SIGTERM handler of its own (sys.exit) in the driver's main thread. A process with its own
+    (`bert-pipeline run`'s stop of a DAG run, Airflow's task runner ending a task) lost it at its first Ray step: a
+    SIGTERM then exited from inside whatever ran, and the DAG run stayed `running`. Ray's stays only where the
+    process had the default."""
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if before not in (None, signal.SIG_DFL):
+            signal.signal(signal.SIGTERM, before)
 
 
 def _start_local(local_cpus: int | None, **init_kwargs: Any) -> None:

@@ -351,21 +351,49 @@ def start_attempt_s(placement_timeout: float) -> float:
 
 
 @contextlib.contextmanager
-def _sigint_passed_on():
+def _signals_passed_on():
     """fit() puts Ray Train's SIGINT handler in place (it aborts the run gracefully) and leaves it there after
     the run, bound to the finished run's controller: the process's own handler (the CLI's KeyboardInterrupt,
     `bert-pipeline run`'s stop of the whole DAG run) never saw a Ctrl-C again, and one during fit() became a
     failed step that Airflow retried. After fit() the handler from before is back, and a SIGINT Ray Train took
-    is delivered to it."""
-    before = signal.getsignal(signal.SIGINT)
+    is delivered to it.
+
+    SIGTERM (`kill`, `ray job stop`, Airflow ending a task, a spot node's shutdown) reached only the process's own
+    handler, which interrupted the driver and left the Ray run going on a joined cluster. During fit() it aborts
+    the Ray run as Ctrl-C does, and is then delivered to the handler from before (the default one ends the
+    process)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before, before_term = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    terms: list[int] = []
+
+    def on_sigterm(signum, frame):
+        ray_trains = signal.getsignal(signal.SIGINT)
+        if ray_trains is not before and callable(ray_trains):
+            terms.append(signum)  # passed on after fit()
+            log.warning("SIGTERM: aborting the Ray Train run, then passing the signal on")
+            try:
+                ray_trains(signal.SIGINT, frame)
+            except SystemExit:  # its way of saying the run's controller is gone already (a SIGTERM to the whole
+                pass            # process group reaches the local Ray's own processes too); passed on all the same
+        else:  # fit() has no run to abort yet: passed on now
+            signal.signal(signal.SIGTERM, before_term)
+            signal.raise_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         yield
     finally:
         handler = signal.getsignal(signal.SIGINT)
-        if handler is not before and threading.current_thread() is threading.main_thread():
+        if handler is not before:
             signal.signal(signal.SIGINT, before)
-            if _sigints_taken(handler):
-                signal.raise_signal(signal.SIGINT)
+        if signal.getsignal(signal.SIGTERM) is on_sigterm:
+            signal.signal(signal.SIGTERM, before_term)
+        if handler is not before and _sigints_taken(handler) > len(terms):
+            signal.raise_signal(signal.SIGINT)
+        if terms and signal.getsignal(signal.SIGTERM) is before_term:
+            signal.raise_signal(signal.SIGTERM)
 
 
 def _sigints_taken(handler) -> int:
@@ -442,7 +470,7 @@ def _fit(worker: Callable[[dict[str, Any]], Any], payload: dict[str, Any], job: 
              job.name, job.storage)
     try:
         with (preemption_watcher(job.resumable and not on_local_instance()),
-              env_default(START_TIMEOUT_ENV, f"{start_attempt_s(job.placement_timeout):g}"), _sigint_passed_on()):
+              env_default(START_TIMEOUT_ENV, f"{start_attempt_s(job.placement_timeout):g}"), _signals_passed_on()):
             result = trainer.fit()
     except ray.train.TrainingFailedError as exc:
         root_error = _root_error(exc)

@@ -3,7 +3,8 @@ report.html, built from its work directory by the run itself, so a run triggered
 REST API gets one as a run of `bert-pipeline demo` / `run` does.
 
 It is an Airflow teardown task downstream of every other task: it runs when they are all done, whatever their
-outcome (a failed run's report shows how far it got), and, as teardowns are, it is left out of the DAG run's
+outcome (a failed run's report shows how far it got; so does a run stopped by Ctrl-C, after which no other
+task starts), and, as teardowns are, it is left out of the DAG run's
 state: the run's outcome is its work's, and a report that could not be built is a failed `report` task in a run
 that otherwise stands. No retries: what failed (a record it cannot read, an MLflow server that is down) is in its
 log, and `bert-pipeline report WORK_DIR` builds it again.
@@ -20,7 +21,7 @@ from operators.report import TASK_ID
 log = logging.getLogger(__name__)
 
 
-@bert_task(task_id=TASK_ID, retries=0)
+@bert_task(task_id=TASK_ID, retries=0, runs_when_stopped=True)
 def report() -> dict[str, Any]:
     # The run's directory as the task records find it (not from the plan's result: a run whose plan failed has
     # a report too, showing that).

@@ -175,3 +175,39 @@ def test_run_and_demo_refuse_a_home_the_production_stack_is_up_on(tmp_path, caps
     err = capsys.readouterr().err
     assert "the production stack is up on" in err and "POST http://127.0.0.1:18080/api/v2/dags/" in err, err
     assert sorted(p.name for p in home.iterdir()) == ["stack"]
+
+
+def test_a_sigterm_aborts_the_ray_train_run_stops_the_dag_run_and_the_report_is_built(tmp_path):
+    """SIGTERM (`kill`, a container stopping) during pretraining under `bert-pipeline run`: the Ray Train run is
+    aborted, the task fails without a retry, no later task starts, and the report still shows how far the run got;
+    the run ends failed, exit status 1. Before, Airflow's task runner took SIGTERM in every task (calling a no-op
+    on_kill) and the pretraining went on."""
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BERT_PIPELINE_HOME", "RAY_ADDRESS"))}
+    run = subprocess.Popen([sys.executable, "-m", "bert_pipeline.cli", "run", "bert_pretraining", "--home",
+                            str(tmp_path / "home")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while not any("Started training worker group" in log.read_text()
+                      for log in (tmp_path / "home").glob("pretraining/*/run.log")):
+            assert time.monotonic() < deadline and run.poll() is None, "pretraining never started"
+            time.sleep(0.5)
+        run.send_signal(signal.SIGTERM)
+        out, err = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    assert run.returncode == 1, out + err
+    lines = out.splitlines()
+    assert "SIGTERM: stopping the run (the task running fails, no task starts but the run's report; again to stop " \
+           "at once)" in lines, out
+    run_dir = Path(lines[0].split()[2]).parent
+    record = json.loads((run_dir / "run.json").read_text())
+    states = {t["task_id"]: t["state"] for t in record["tasks"]}
+    assert record["state"] == "failed" and states["pretrain"] == "failed" and states["report"] == "success", states
+    assert states["register_and_promote"] in ("failed", "upstream_failed")
+    log = (run_dir / "run.log").read_text()
+    assert "SIGTERM: aborting the Ray Train run" in log and "stopped (SIGTERM) while this task ran: not retried" in log
+    assert f"Report (open it in a browser): {run_dir / 'report.html'}" in lines

@@ -40,3 +40,4 @@ def test_a_first_signal_stops_the_run_and_a_second_the_process(no_stop, monkeypa
             assert airflow_tasks._Stop.signal_name == "SIGINT"
     assert {s: signal.getsignal(s) for s in before} == before
     assert airflow_tasks._Stop.signal_name is None  # a later run in this process starts afresh
+    assert airflow_tasks._Stop.sigterm_handler is None

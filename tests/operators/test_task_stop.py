@@ -40,6 +40,13 @@ def test_a_stop_fails_the_running_task_and_every_task_after_it(no_stop):
     with pytest.raises(AirflowFailException, match=r"stopped \(SIGINT\) before this task started"):
         later.function()
     assert calls == ["interrupted"]
+
+    @airflow_tasks.bert_task(runs_when_stopped=True)
+    def report():  # the run's report shows how far a stopped run got
+        calls.append("report")
+
+    report.function()
+    assert calls == ["interrupted", "report"]
     airflow_tasks._Stop.signal_name = None
     with pytest.raises(AirflowFailException, match=r"stopped \(SIGTERM\) while this task ran"):
         aborted_ray_run.function()

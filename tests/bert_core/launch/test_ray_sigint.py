@@ -1,7 +1,8 @@
-"""Ctrl-C during a Ray Train run reaches the process's own SIGINT handler. Ray Train's fit() installs a handler
-that aborts the run gracefully and leaves it in place afterwards, so before, the CLI's KeyboardInterrupt and
-`bert-pipeline run`'s stop of a whole DAG run never saw that Ctrl-C (the step failed, Airflow retried it) nor any
-later one. A real one-worker run on a local Ray, whose worker sends the driver a SIGINT."""
+"""Ctrl-C during a Ray Train run aborts the Ray run and then reaches the process's own handler. Ray Train's fit()
+installs a SIGINT handler that aborts the run gracefully and leaves it in place afterwards, so before, the CLI's
+KeyboardInterrupt and `bert-pipeline run`'s stop of a whole DAG run never saw that Ctrl-C (the step failed, Airflow
+retried it) nor any later one. A real one-worker run on a local Ray, whose worker sends the driver a SIGINT. (SIGTERM,
+which aborts the Ray run the same way: tests/bert_pipeline/test_run_command.py, a whole `bert-pipeline run`.)"""
 
 import subprocess
 import sys
@@ -17,7 +18,7 @@ RUN = textwrap.dedent('''
     from bert_core.launch.ray_cluster import connect
 
     def loop(config):
-        os.kill(config["driver"], signal.SIGINT)
+        os.kill(config["driver"], config["signal"])
         time.sleep(60)
 
     def own(signum, frame):
@@ -25,24 +26,32 @@ RUN = textwrap.dedent('''
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, own)
+    signal.signal(signal.SIGTERM, own)
     connect(local_cpus=1)
-    started = time.monotonic()
-    try:
-        with ray_train._sigint_passed_on():
-            TorchTrainer(loop, train_loop_config={"driver": os.getpid()}, scaling_config=ScalingConfig(num_workers=1),
-                         run_config=RunConfig(storage_path=tempfile.mkdtemp())).fit()
-        print("fit returned")
-    except KeyboardInterrupt:
-        print(f"interrupted after {time.monotonic() - started:.0f} s")
-    print("handler back:", signal.getsignal(signal.SIGINT) is own, flush=True)
+    for sent in (signal.SIGINT,):
+        started = time.monotonic()
+        try:
+            with ray_train._signals_passed_on():
+                TorchTrainer(loop, train_loop_config={"driver": os.getpid(), "signal": sent},
+                             scaling_config=ScalingConfig(num_workers=1),
+                             run_config=RunConfig(storage_path=tempfile.mkdtemp())).fit()
+            print("fit returned")
+        except KeyboardInterrupt:
+            print(f"interrupted after {time.monotonic() - started:.0f} s")
+        print("handlers back:", signal.getsignal(signal.SIGINT) is own is signal.getsignal(signal.SIGTERM),
+              flush=True)
+        # The Ray run was aborted, not left going: its worker (sleeping 60 s) is gone.
+        print("workers left:", len([a for a in ray.util.state.list_actors(filters=[("state", "=", "ALIVE")])
+                                    if "Worker" in a.class_name]), flush=True)
     ray.shutdown()
 ''')
 
 
-def test_a_sigint_ray_train_took_reaches_the_drivers_own_handler(tmp_path):
+def test_a_sigint_during_a_ray_train_run_aborts_it_and_reaches_the_drivers_own_handler(tmp_path):
     done = subprocess.run([sys.executable, "-c", RUN], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    out = done.stdout
-    assert "own handler: SIGINT" in out, out + done.stderr[-3000:]
-    assert "interrupted after" in out and "fit returned" not in out, out
-    assert int(out.split("interrupted after ")[1].split()[0]) < 50  # not the worker's 60 s sleep
-    assert "handler back: True" in out, out
+    runs = done.stdout.split("own handler: ")[1:]
+    assert [run.split()[0] for run in runs] == ["SIGINT"], done.stdout + done.stderr[-3000:]
+    for run in runs:
+        assert "interrupted after" in run and "fit returned" not in run, done.stdout
+        assert int(run.split("interrupted after ")[1].split()[0]) < 50  # not the worker's 60 s sleep
+        assert "handlers back: True" in run and "workers left: 0" in run, done.stdout + done.stderr[-3000:]
