@@ -40,9 +40,11 @@ RUN = textwrap.dedent('''
             print(f"interrupted after {time.monotonic() - started:.0f} s")
         print("handlers back:", signal.getsignal(signal.SIGINT) is own is signal.getsignal(signal.SIGTERM),
               flush=True)
-        # The Ray run was aborted, not left going: its worker (sleeping 60 s) is gone.
-        print("workers left:", len([a for a in ray.util.state.list_actors(filters=[("state", "=", "ALIVE")])
-                                    if "Worker" in a.class_name]), flush=True)
+        # The Ray run was aborted, not left going: its worker (sleeping 60 s) gave back the one CPU it held.
+        deadline = time.monotonic() + 20
+        while ray.available_resources().get("CPU", 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        print("workers left:", 1 - int(ray.available_resources().get("CPU", 0)), flush=True)
     ray.shutdown()
 ''')
 
