@@ -365,15 +365,15 @@ def registered_version(client, name: str, version: str):
 
     from bert_core.errors import BertPipelineError
 
+    from operators.promotion_lock import LOCK_PREFIX
+
     try:
         return client.get_model_version(name, str(version))
     except MlflowException:
-        pass
-    try:
         held = sorted(int(v.version) for v in client.search_model_versions(f"name = '{name}'"))
-    except MlflowException:
-        held = []
-    names = sorted(m.name for m in client.search_registered_models())
+        if str(version) in map(str, held):
+            raise  # there, so the store failed to answer: its own error says how
+    names = sorted(m.name for m in client.search_registered_models() if not m.name.startswith(LOCK_PREFIX))
     known = (f"its versions: {', '.join(map(str, held))}" if held else
              f"no model of that name; registered: {', '.join(names) or 'none'}")
     raise BertPipelineError(f"{name} v{version}: no such registered model version in {client.tracking_uri} "

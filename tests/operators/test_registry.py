@@ -149,7 +149,7 @@ def test_override_promotes_over_the_gates_and_reject_records_a_decision(store):
     with pytest.raises(BertPipelineError, match=r"bert-sst-2 v9: no such registered model version in sqlite:.*"
                                                 r"\(its versions: 1, 2, 3\)"):
         registry.promote("bert-sst-2", "9")
-    with pytest.raises(BertPipelineError, match=r"bert-nope v1: .*no model of that name; registered: bert-sst-2"):
+    with pytest.raises(BertPipelineError, match=r"bert-nope v1: .*no model of that name; registered: bert-sst-2\)$"):
         registry.reject("bert-nope", "1", "x")
 
 
