@@ -17,6 +17,10 @@ from bert_core.options import option_default, option_type, option_types
 log = logging.getLogger(__name__)
 
 _TYPES = {"int": int, "float": float, "str": str}
+# The MLflow store a command uses when it names none, in the words of every --tracking-uri help
+# (bert_core.io.tracking.default_tracking_uri, after bert_pipeline.embedded_home.use_stack_mlflow).
+HOME_MLFLOW = ("$MLFLOW_TRACKING_URI, else the MLflow server of a stack up on $BERT_PIPELINE_HOME, else "
+               "sqlite:///$BERT_PIPELINE_HOME/mlflow.db")
 
 
 class _DeprecatedName(argparse.Action):

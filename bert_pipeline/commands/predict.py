@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bert_pipeline.commands.config_flags import add_config_arguments
+from bert_pipeline.commands.config_flags import HOME_MLFLOW, add_config_arguments
 
 EPILOG = """\
 requests and answers with --model (one JSON object per request; docs/serving.md):
@@ -57,9 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantized", action="store_true",
                         help="run the INT8 graph of the --export (alone, or under --model's tokenization)")
     parser.add_argument("--tracking-uri", metavar="URI",
-                        help="--model models:/... or runs:/...: the MLflow store to load it from (default: "
-                        "$MLFLOW_TRACKING_URI, else the MLflow server of a stack up on $BERT_PIPELINE_HOME, else "
-                        "sqlite:///$BERT_PIPELINE_HOME/mlflow.db)")
+                        help=f"--model models:/... or runs:/...: the MLflow store to load it from (default: "
+                        f"{HOME_MLFLOW})")
     from bert_core.finetune.config import SquadOptions
 
     # With --model, the SQuAD settings are the ones the model was fine-tuned and scored with (its task.json): a flag

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from bert_pipeline.commands.config_flags import HOME_MLFLOW
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="the registered model, e.g. bert-sst-2 or bert-pretrained")
@@ -28,8 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write the decision as JSON there (as a DAG run's registry/NAME-vN.json)")
     parser.add_argument("--json", action="store_true", help="print the decision as JSON instead of text")
     parser.add_argument("--tracking-uri", metavar="URI",
-                        help="the MLflow registry (default: $MLFLOW_TRACKING_URI, else the MLflow server of a "
-                        "stack up on $BERT_PIPELINE_HOME, else sqlite:///$BERT_PIPELINE_HOME/mlflow.db)")
+                        help=f"the MLflow registry (default: {HOME_MLFLOW})")
 
 
 def describe(report: dict) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from bert_core.io import storage
+from bert_pipeline.commands.config_flags import HOME_MLFLOW
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,10 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where to write the report (default: RUN_DIR/report.html for a run directory; "
                              "./report.html for an MLflow run)")
     parser.add_argument("--tracking-uri", metavar="URI",
-                        help="the MLflow store of the run's curves, registry and report run (default: the store "
-                             "the run's tasks recorded, else $MLFLOW_TRACKING_URI, else the MLflow server of the "
-                             "stack up on $BERT_PIPELINE_HOME, else sqlite:///$BERT_PIPELINE_HOME/mlflow.db; an "
-                             "MLflow UI address names its own)")
+                        help=f"the MLflow store of the run's curves, registry and report run (default: the store "
+                             f"the run's tasks recorded, else {HOME_MLFLOW}; an MLflow UI address names its own)")
     parser.add_argument("--no-mlflow", dest="log_to_mlflow", action="store_false",
                         help="do not log the report to the DAG run's MLflow run (experiment bert-runs); by default "
                              "it is logged there, replacing an earlier one")
