@@ -87,25 +87,6 @@ def test_an_ill_typed_param_is_named_in_one_line(tmp_path):
     assert not list((tmp_path / "finetune").glob("*")) and done.stdout == ""
 
 
-def test_a_runs_local_ray_checks_the_homes_token(tmp_path):
-    """Ray 2.60 binds a local instance's GCS to every interface: `run` (and `demo`) start it with Ray's token
-    authentication, the home's token made 0600, unless RAY_AUTH_MODE is the user's to set (conftest sets it for
-    the test process: left out here, as on a user's machine)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AIRFLOW", "BERT_PIPELINE_HOME", "RAY_ADDRESS", "RAY_AUTH", "MLFLOW"))}
-    home = tmp_path / "home"
-    conf = {"num_steps": 4, "num_workers": 2, "batch_size": 8, "max_seq_length": 32, "dupe_factor": 1}
-    done = subprocess.run([sys.executable, "-m", "bert_pipeline.cli", "run", "bert_pretraining", "--conf",
-                           json.dumps(conf), "--home", str(home)], capture_output=True, text=True, env=env,
-                          timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert any(line.startswith(" ✓ pretrain ") and "4 steps" in line for line in done.stdout.splitlines())
-    token = home / "stack" / "ray_auth_token"
-    assert len(token.read_text()) == 64 and token.stat().st_mode & 0o777 == 0o600
-    log = Path(done.stdout.splitlines()[0].split()[2]).read_text()
-    assert "Missing authorization header" not in log and "Ray Train: 2 worker(s)" in log
-
-
 def test_a_failed_fine_tuning_task_leaves_the_others_to_be_evaluated_and_registered(tmp_path):
     """bert_finetune maps each task's chain as one group: sst-2's bad training file fails its fine-tuning, and
     sts-b is still evaluated and registered (mapping evaluate over all of fine-tuning's outputs made every
@@ -177,28 +158,37 @@ def test_run_and_demo_refuse_a_home_the_production_stack_is_up_on(tmp_path, caps
     assert sorted(p.name for p in home.iterdir()) == ["stack"]
 
 
-def test_a_sigterm_aborts_the_ray_train_run_stops_the_dag_run_and_the_report_is_built(tmp_path):
-    """SIGTERM (`kill`, a container stopping) during pretraining under `bert-pipeline run`: the Ray Train run is
-    aborted, the task fails without a retry, no later task starts, and the report still shows how far the run got;
-    the run ends failed, exit status 1. Before, Airflow's task runner took SIGTERM in every task (calling a no-op
-    on_kill) and the pretraining went on."""
+def test_a_runs_local_ray_checks_the_homes_token_and_a_sigterm_aborts_it_and_stops_the_run(tmp_path):
+    """Ray 2.60 binds a local instance's GCS to every interface: `run` (and `demo`) start it with Ray's token
+    authentication, the home's token made 0600, unless RAY_AUTH_MODE is the user's to set (conftest sets it for
+    the test process: left out here, as on a user's machine).
+
+    SIGTERM (`kill`, a container stopping) during its pretraining: the Ray Train run is aborted, the task fails
+    without a retry, no later task starts, and the report still shows how far the run got; the run ends failed,
+    exit status 1. Before, Airflow's task runner took SIGTERM in every task (calling a no-op on_kill) and the
+    pretraining went on to the end."""
     import signal
     import time
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BERT_PIPELINE_HOME", "RAY_ADDRESS"))}
-    run = subprocess.Popen([sys.executable, "-m", "bert_pipeline.cli", "run", "bert_pretraining", "--home",
-                            str(tmp_path / "home")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env=env)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AIRFLOW", "BERT_PIPELINE_HOME", "RAY_ADDRESS", "RAY_AUTH", "MLFLOW"))}
+    home = tmp_path / "home"
+    conf = {"num_steps": 5000, "num_workers": 2, "batch_size": 8, "max_seq_length": 32, "dupe_factor": 1}
+    run = subprocess.Popen([sys.executable, "-m", "bert_pipeline.cli", "run", "bert_pretraining", "--conf",
+                            json.dumps(conf), "--home", str(home)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=env)
     try:
         deadline = time.monotonic() + 300
         while not any("Started training worker group" in log.read_text()
-                      for log in (tmp_path / "home").glob("pretraining/*/run.log")):
+                      for log in home.glob("pretraining/*/run.log")):
             assert time.monotonic() < deadline and run.poll() is None, "pretraining never started"
             time.sleep(0.5)
         run.send_signal(signal.SIGTERM)
         out, err = run.communicate(timeout=120)
     finally:
         run.kill()
+    token = home / "stack" / "ray_auth_token"
+    assert len(token.read_text()) == 64 and token.stat().st_mode & 0o777 == 0o600
     assert run.returncode == 1, out + err
     lines = out.splitlines()
     assert "SIGTERM: stopping the run (the task running fails, no task starts but the run's report; again to stop " \
@@ -209,5 +199,6 @@ def test_a_sigterm_aborts_the_ray_train_run_stops_the_dag_run_and_the_report_is_
     assert record["state"] == "failed" and states["pretrain"] == "failed" and states["report"] == "success", states
     assert states["register_and_promote"] in ("failed", "upstream_failed")
     log = (run_dir / "run.log").read_text()
+    assert "Missing authorization header" not in log and "Ray Train: 2 worker(s)" in log
     assert "SIGTERM: aborting the Ray Train run" in log and "stopped (SIGTERM) while this task ran: not retried" in log
     assert f"Report (open it in a browser): {run_dir / 'report.html'}" in lines
