@@ -129,9 +129,11 @@ def held(client, name: str, candidate: str, run_id: str | None) -> Iterator[Tick
                                           "each version is one running promotion's ticket, deleted when it ends.")
     refreshed_at = time.monotonic()
     source = f"runs:/{run_id}/promotion-ticket" if run_id else f"models:/{name}/{candidate}"
+    # No wait for the version to be READY (MLflow's "Waiting up to 300 seconds ..." line on every promotion): a
+    # ticket has no files to copy, only its number and time count.
     ticket = client.create_model_version(lock, source, run_id=run_id,
                                          tags={**_holder(), "candidate": f"{name}/{candidate}"},
-                                         description="waiting")
+                                         description="waiting", await_creation_for=0)
     stamp, stamped_at = int(ticket.last_updated_timestamp), time.monotonic()
     mine = str(ticket.version)
     try:
