@@ -44,10 +44,18 @@ class DagRunResult:
     ended_at: dt.datetime
     tasks: list[TaskLine]
     report: str | None = None  # where the run's report.html is, or why there is none
+    stopped_by: str | None = None  # the signal that stopped the run (SIGINT, SIGTERM), if one did
 
     @property
     def succeeded(self) -> bool:
         return self.state == "success"
+
+    @property
+    def outcome(self) -> str:
+        """In words, for the command's last lines: finished, failed or stopped (by SIGINT/SIGTERM)."""
+        if self.succeeded:
+            return "finished"
+        return f"stopped ({self.stopped_by})" if self.stopped_by else "failed"
 
     def task(self, task_id: str) -> TaskLine:
         return next(t for t in self.tasks if t.task_id == task_id)
@@ -56,7 +64,7 @@ class DagRunResult:
         return {"dag_id": self.dag_id, "run_id": self.run_id, "state": self.state, "conf": self.conf,
                 "run_dir": str(self.run_dir), "log": str(self.log_path),
                 "started_at": self.started_at.isoformat(), "ended_at": self.ended_at.isoformat(),
-                "seconds": (self.ended_at - self.started_at).total_seconds(),
+                "seconds": (self.ended_at - self.started_at).total_seconds(), "stopped_by": self.stopped_by,
                 "tasks": [t.to_json() for t in self.tasks]}
 
 
@@ -177,6 +185,12 @@ def failure_text(result: DagRunResult) -> str:
     """What the terminal shows after a failed run: each failed task's last log lines, and the log file."""
     failed = [t for t in result.tasks if t.state == "failed"]
     lines = [""]
+    if result.stopped_by:
+        # Asked for: the failed tasks' tracebacks say only that (they stay in the log).
+        lines += [f"Stopped by {result.stopped_by}: the task running failed without a retry, and no task started "
+                  f"after it but the report. Failed: {', '.join(t.task_id for t in failed) or 'none'}.",
+                  f"Full log: {result.log_path}"]
+        return "\n".join(lines)
     if not failed:
         lines.append(f"{result.dag_id} ended {result.state}; no task failed (see the log).")
     for task in failed[:TAILED_TASKS]:
@@ -250,8 +264,13 @@ def check_conf(dag, conf: dict[str, Any]) -> None:
                           f"{str(exc).split(chr(10) * 2)[0]}") from None
 
 
+@dataclass
+class Stop:
+    signal: str | None = None  # the name of the signal that asked the run to stop
+
+
 @contextlib.contextmanager
-def stop_on_signals(out) -> Iterator[None]:
+def stop_on_signals(out) -> Iterator[Stop]:
     """Ctrl-C (SIGINT) or SIGTERM stops the run: the task running is interrupted and fails without a retry, the
     tasks after it fail before they start, and dag.test() returns a failed run, recorded as such in Airflow's
     database. Before, SIGINT failed the running task into a retry and the run went on; a second signal stops the
@@ -261,12 +280,13 @@ def stop_on_signals(out) -> Iterator[None]:
 
     from operators.airflow_tasks import clear_stop, request_stop, stop_on_sigterm
 
+    asked = Stop()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield asked
         return
 
     def stop(signum, frame):
-        name = signal.Signals(signum).name
+        name = asked.signal = signal.Signals(signum).name
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         stop_on_sigterm(signal.SIG_DFL)  # and in the tasks still to come (the report)
@@ -281,7 +301,7 @@ def stop_on_signals(out) -> Iterator[None]:
         signal.signal(s, stop)
     stop_on_sigterm(stop)  # each task puts it back: Airflow's task runner takes SIGTERM for every task it runs
     try:
-        yield
+        yield asked
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
@@ -336,9 +356,9 @@ def _run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, log_path: Path, h
         watch = RunWatch(dag_id, run_id, lambda rows: view.update(task_lines(task_ids, rows)))
         watch.start()
         error: Exception | None = None
-        dag_run = None
+        dag_run, asked = None, Stop()
         try:
-            with stop_on_signals(out):
+            with stop_on_signals(out) as asked:
                 dag_run = dag.test(run_after=when, logical_date=when, run_conf=conf)
         except Exception as exc:  # noqa: BLE001  (said on the terminal below; the traceback is in the log)
             import traceback
@@ -352,7 +372,7 @@ def _run_dag(dag_id: str, conf: dict[str, Any], run_dir: Path, log_path: Path, h
         state = getattr(dag_run, "state", None) or "failed"
         state = str(getattr(state, "value", state))
         result = DagRunResult(dag_id, getattr(dag_run, "run_id", None) or run_id, state, conf, run_dir, log_path,
-                              when, dt.datetime.now(dt.UTC), lines)
+                              when, dt.datetime.now(dt.UTC), lines, stopped_by=asked.signal)
         _write_record(result)
         result.report = _report(result)
         if not ray_before and _ray_initialized():

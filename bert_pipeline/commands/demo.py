@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     conf.setdefault("work_dir", str(home / "demo" / when))
     result = run_dag(DAG_ID, conf, run_dir_for(home, DAG_ID, conf, when), home=home, verbose=args.verbose)
     if not result.succeeded:
-        print(f"\nbert_demo failed (run {result.run_id}); the artifacts so far are under {conf['work_dir']}.")
+        print(f"\nbert_demo {result.outcome} (run {result.run_id}); the artifacts so far are under {conf['work_dir']}.")
         if result.report:
             print(result.report)
         return 1

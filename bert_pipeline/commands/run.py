@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     result = run_dag(args.dag_id, conf, run_dir_for(home, args.dag_id, conf, when), home=home,
                      verbose=args.verbose)
     took = duration((result.ended_at - result.started_at).total_seconds())
-    print(f"\n{result.dag_id} {'finished' if result.succeeded else 'failed'} in {took} (run {result.run_id}).")
+    print(f"\n{result.dag_id} {result.outcome} in {took} (run {result.run_id}).")
     print(f"Run record (tasks, states, figures): {result.run_dir / 'run.json'}")
     if result.succeeded:
         print(f"Log: {result.log_path}")

@@ -197,6 +197,12 @@ def test_a_runs_local_ray_checks_the_homes_token_and_a_sigterm_aborts_it_and_sto
     record = json.loads((run_dir / "run.json").read_text())
     states = {t["task_id"]: t["state"] for t in record["tasks"]}
     assert record["state"] == "failed" and states["pretrain"] == "failed" and states["report"] == "success", states
+    assert record["stopped_by"] == "SIGTERM"
+    assert any(line.startswith("bert_pretraining stopped (SIGTERM) in ") for line in lines), out
+    # What the user asked for is not dressed as a failure: no log tail of tracebacks, one line that says so.
+    assert "The end of its log" not in out
+    assert any(line.startswith("Stopped by SIGTERM: the task running failed without a retry, and no task started "
+                               "after it but the report. Failed: ") and "pretrain" in line for line in lines), out
     assert states["register_and_promote"] in ("failed", "upstream_failed")
     log = (run_dir / "run.log").read_text()
     assert "Missing authorization header" not in log and "Ray Train: 2 worker(s)" in log

@@ -22,8 +22,9 @@ def no_stop(monkeypatch):
 def test_a_first_signal_stops_the_run_and_a_second_the_process(no_stop, monkeypatch):
     out = io.StringIO()
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    with stop_on_signals(out):
+    with stop_on_signals(out) as asked:
         os.kill(os.getpid(), signal.SIGTERM)  # between tasks: recorded, nothing raised
+        assert asked.signal == "SIGTERM"  # the run's record and last lines say so
         assert airflow_tasks._Stop.signal_name == "SIGTERM"
         assert "SIGTERM: stopping the run" in out.getvalue()
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # a second Ctrl-C stops at once
