@@ -35,6 +35,8 @@ CHANCE_TAG = "chance."
 # The gate metrics of a version registered under a name that is not its task's (`export --register NAME`); other
 # versions are gated by their name (default_gates).
 GATES_TAG = "gates"
+# The start of the promotion.reasons of a version a person rejected (`bert-pipeline promote --reject`).
+REJECTED_BY_HAND = "rejected by hand: "
 # Metrics where lower is better; every other gate metric is higher-is-better.
 LOWER_IS_BETTER = frozenset({"loss", "mlm_loss", "nsp_loss"})
 # Gate metrics per registered model when the caller names none (fine-tuned tasks: the task's main metric).
@@ -278,6 +280,10 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
             client, name, version, candidate, gates, floors,
             registered.tags.get("metrics_on") if name == PRETRAINED else "held-out", served, chance,
             registered.tags.get(DEV_DATA_TAG))
+        decided = registered.tags.get("promotion.reasons", "")
+        if promoted and not override and decided.startswith(REJECTED_BY_HAND) and champion_version != version:
+            # A person's decision holds until a person overrides it (a scripted promote must not undo it).
+            promoted, reasons = False, [f"it was {decided}; only a promotion with an override serves it"]
         if override and champion_version != version:
             if promoted:
                 reasons = [*reasons, f"promoted by hand: {override}"]
@@ -341,7 +347,7 @@ def reject(name: str, version: str, reason: str, tracking_uri: str | None = None
                 f"version first" + (f" (to roll back: bert-pipeline promote {name} {previous} --override "
                                     "'WHY')" if previous else "") + ", then reject it")
         ticket.check()
-        reasons = [f"rejected by hand: {reason}"]
+        reasons = [f"{REJECTED_BY_HAND}{reason}"]
         decided_at = now()
         _record_decision(client, name, version, "rejected", reasons, champion_version, (), decided_at)
     log.info("%s version %s: rejected by hand (%s)", name, version, reason)

@@ -151,6 +151,13 @@ def test_override_promotes_over_the_gates_and_reject_records_a_decision(store):
         registry.promote("bert-sst-2", "9")
     with pytest.raises(BertPipelineError, match=r"bert-nope v1: .*no model of that name; registered: bert-sst-2\)$"):
         registry.reject("bert-nope", "1", "x")
+    # A rejection by hand holds against a later promotion that passes the gates; an override lifts it.
+    registry.reject("bert-sst-2", new, "answers badly in production")
+    registry.promote("bert-sst-2", worse, override="x")
+    report = registry.promote("bert-sst-2", new, check_serving=False)
+    assert not report["promoted"] and report["reasons"] == [
+        "it was rejected by hand: answers badly in production; only a promotion with an override serves it"]
+    assert registry.promote("bert-sst-2", new, check_serving=False, override="fixed upstream")["promoted"]
 
 
 def test_chance_levels_score_a_constant_answer():
