@@ -370,7 +370,6 @@ def registered_version(client, name: str, version: str):
     from mlflow.exceptions import MlflowException
 
     from bert_core.errors import BertPipelineError
-
     from operators.promotion_lock import LOCK_PREFIX
 
     try:
