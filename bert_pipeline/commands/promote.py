@@ -16,6 +16,8 @@ from bert_pipeline.commands.config_flags import HOME_MLFLOW
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = ("exit status: 0 promoted (or rejected, as asked), 1 refused by the gates (the reasons are "
+                     "printed), 2 an error (no such version, the champion rejected)")
     parser.add_argument("name", metavar="NAME", help="the registered model, e.g. bert-sst-2 or bert-pretrained")
     parser.add_argument("version", metavar="VERSION", help="its version number (the MLflow UI's 'Version N')")
     decision = parser.add_mutually_exclusive_group()
