@@ -413,8 +413,8 @@ def _judge(client, name: str, version: str, candidate: dict[str, float], gates: 
         promoted = False
         reasons.append(f"it was scored on another dev file than champion v{champion_version} (sha256 {dev_data[:12]} "
                        f"against {champion_data[:12]}: another SQuAD version or dev set), so their metrics cannot be "
-                       "compared; the nightly scores both on its pinned data, and the champion alias can be moved by "
-                       "hand (the MLflow UI's model page)")
+                       f"compared; the nightly scores both on its pinned data, and `bert-pipeline promote {name} "
+                       f"{version} --override 'WHY'` promotes it by hand")
     if metrics_on != "held-out":
         promoted = False
         reasons.append(f"its metrics were measured on {metrics_on or 'unrecorded data'}, not on held-out data")
