@@ -539,8 +539,13 @@ def compare_and_report(evaluated: list[dict[str, Any]], speed: dict[str, float],
     summary = {"status": status, "mlflow_run_id": tracker.run_id, "report": storage.join(target, "report.md"),
                "regressions": [f.key for f in regressions]}
     if regressions:
+        # A worse candidate nobody decided on fails every night until someone does: the error says how.
+        undecided = sorted({f.key.split("/")[1] for f in regressions if f.key.startswith("candidate/")})
+        decide = "".join(f"; to decide on candidate {n} v{candidates[n]['version']}: bert-pipeline promote {n} "
+                         f"{candidates[n]['version']} --reject 'WHY'" for n in undecided)
         raise BertPipelineError("nightly regression: " + "; ".join(
             f"{f.key} {'missing' if f.current is None else f'{f.current:.6g}'} vs {f.reference:.6g} (allowed drop "
-            f"{f.allowed_drop:.3g}){versus.get(f.key, '')}" for f in regressions) + f"; report: {summary['report']}")
+            f"{f.allowed_drop:.3g}){versus.get(f.key, '')}" for f in regressions) + decide
+            + f"; report: {summary['report']}")
     log.info("nightly regression passed; report %s (MLflow run %s)", summary["report"], tracker.run_id)
     return summary

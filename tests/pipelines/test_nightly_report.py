@@ -48,6 +48,8 @@ def test_a_worse_candidate_is_named_as_the_candidate_not_as_the_champion(home):
     # The champion's own key (`bert-sst-2/accuracy`, unchanged tonight) is not what regressed.
     assert "candidate/bert-sst-2/accuracy 0.4 vs 0.9" in str(failed.value)
     assert "(candidate v2 against champion v1)" in str(failed.value)
+    assert ("; to decide on candidate bert-sst-2 v2: bert-pipeline promote bert-sst-2 2 --reject 'WHY'; report: "
+            in str(failed.value))
     results = json.loads((home / "night2" / "report" / "results.json").read_text())
     status = {f["key"]: f["regressed"] for f in results["findings"]}
     assert status == {"bert-sst-2/accuracy": False, "candidate/bert-sst-2/accuracy": True}
