@@ -304,8 +304,9 @@ def register_and_promote(trained: dict[str, Any], report_dir: str, promote: bool
     report = registry.promote(name, registered["version"], floors=floors,
                               report_path=storage.join(report_dir, f"{name}-v{registered['version']}.json"))
     if not report["promoted"]:
-        log.warning("%s version %s was registered but not promoted: %s", name, registered["version"],
-                    "; ".join(report["reasons"]))
+        log.warning("%s version %s was registered but not promoted: %s (to decide by hand: bert-pipeline promote %s %s "
+                    "--override 'WHY' or --reject 'WHY')", name, registered["version"], "; ".join(report["reasons"]),
+                    name, registered["version"])
     if trained.get("search"):  # the run's summary shows how much the trials varied, not only the winner
         search = trained["search"]
         report["search"] = {"metric": search["metric"], "best": search["best"], "spread": search["spread"],

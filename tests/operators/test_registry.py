@@ -200,7 +200,7 @@ def test_squad_2_candidates_are_gated_on_its_scorer_s_names():
     assert registry._chance_answer("bert-pretrained") == {}
 
 
-def test_pretrained_gate_refuses_chance_level_and_training_data_scores(store, tmp_path):
+def test_pretrained_gate_refuses_chance_level_and_training_data_scores(store, tmp_path, caplog):
     """bert-pretrained: held-out masked-LM accuracy must be clearly above chance (the majority baseline of the
     same data) and no worse than the champion's; a chance-level model is registered but never promoted."""
     from operators.tasks import register_and_promote
@@ -235,6 +235,10 @@ def test_pretrained_gate_refuses_chance_level_and_training_data_scores(store, tm
                                    "metrics": {"mlm_accuracy": 0.08, "mlm_accuracy_over_chance": 0.017}},
                                   str(tmp_path / "reports"))
     assert result["promoted"] is False and any("below the floor" in r for r in result["reasons"])
+    # The task log says how to decide on it by hand.
+    assert (f"bert-pretrained version {result['candidate']} was registered but not promoted: " in caplog.text
+            and f"(to decide by hand: bert-pipeline promote bert-pretrained {result['candidate']} --override 'WHY' or "
+                "--reject 'WHY')" in caplog.text)
     assert _aliases("bert-pretrained") == {"champion": good}
 
 
