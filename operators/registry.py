@@ -320,6 +320,11 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
             break
     log.info("%s version %s: %s (%s)", name, version, "promoted to champion" if promoted else "not promoted",
              "; ".join(reasons))
+    return _written(report, report_path)
+
+
+def _written(report: dict[str, Any], report_path: str | Path | None) -> dict[str, Any]:
+    """The decision report, also written as JSON to report_path (local or s3://) when given."""
     if report_path is not None:
         from bert_core.io import storage
         storage.write_text(str(report_path), json.dumps(report, indent=2) + "\n")
@@ -327,7 +332,8 @@ def promote(name: str, version: str, gates: list[str] | tuple[str, ...] | None =
     return report
 
 
-def reject(name: str, version: str, reason: str, tracking_uri: str | None = None) -> dict[str, Any]:
+def reject(name: str, version: str, reason: str, tracking_uri: str | None = None,
+           report_path: str | Path | None = None) -> dict[str, Any]:
     """Record a person's decision that `name`/`version` is not to be served (`promotion.decision` = rejected, with
     the reason): the nightly then shows its figures without failing on them. The champion cannot be rejected:
     promote another version (with an override for a rollback) first."""
@@ -351,11 +357,11 @@ def reject(name: str, version: str, reason: str, tracking_uri: str | None = None
         decided_at = now()
         _record_decision(client, name, version, "rejected", reasons, champion_version, (), decided_at)
     log.info("%s version %s: rejected by hand (%s)", name, version, reason)
-    return {"name": name, "candidate": version, "rejected_by_hand": True, "champion_before": champion_version,
-            "promoted": False,
-            "champion_after": champion_version, "previous_after": current_version(client, name, PREVIOUS),
-            "candidate_metrics": version_metrics(client, name, version), "reasons": reasons,
-            "decided_at": decided_at}
+    return _written({"name": name, "candidate": version, "rejected_by_hand": True,
+                     "champion_before": champion_version, "promoted": False, "champion_after": champion_version,
+                     "previous_after": current_version(client, name, PREVIOUS),
+                     "candidate_metrics": version_metrics(client, name, version), "reasons": reasons,
+                     "decided_at": decided_at}, report_path)
 
 
 def _record_decision(client, name: str, version: str, decision: str, reasons: list[str], compared_to: str | None,

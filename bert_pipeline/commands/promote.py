@@ -75,11 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
         use_stack_mlflow(stack_home(None))
     if args.reject is not None:
-        report = registry.reject(args.name, args.version, args.reject, args.tracking_uri)
-        if args.report:
-            from bert_core.io import storage
-
-            storage.write_text(args.report, json.dumps(report, indent=2) + "\n")
+        report = registry.reject(args.name, args.version, args.reject, args.tracking_uri, report_path=args.report)
     else:
         report = registry.promote(args.name, args.version, tracking_uri=args.tracking_uri, report_path=args.report,
                                   override=args.override)

@@ -26,7 +26,9 @@ def test_promote_reject_and_roll_back_from_the_command_line(registry_store, tmp_
 
     assert main(["promote", "bert-sst-2", worse, "--reject", "worse than v1 on SST-2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["reasons"] == ["rejected by hand: worse than v1 on SST-2"]
-    assert main(["promote", "bert-sst-2", worse, "--reject", "still worse"]) == 0
+    assert main(["promote", "bert-sst-2", worse, "--reject", "still worse", "--report",
+                 str(tmp_path / "rejected.json")]) == 0
+    assert json.loads((tmp_path / "rejected.json").read_text())["reasons"] == ["rejected by hand: still worse"]
     assert capsys.readouterr().out.splitlines() == [f"bert-sst-2 v{worse}: rejected; the champion stays v{first}",
                                                     "  rejected by hand: still worse", "  accuracy: 0.7"]
     assert registry.version_tags("bert-sst-2", worse)["promotion.decision"] == "rejected"
