@@ -14,7 +14,8 @@ import tests.airflow_home  # noqa: F401  isort: skip
 from tests.ray_head import ray_head  # noqa: F401  (module fixture: a real `ray start --head` cluster)
 
 # A worker that crashes, even after its last report, fails the run (xdist itself never looks).
-from tests.worker_crashes import pytest_sessionfinish, pytest_testnodeready  # noqa: F401  isort: skip
+from tests.worker_crashes import (  # noqa: F401  isort: skip
+    pytest_configure_node, pytest_sessionfinish, pytest_testnodeready)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -35,6 +35,9 @@ def test_a_worker_crash_after_its_last_report_fails_the_run(tmp_path, crash):
     if crash:
         assert done.returncode == pytest.ExitCode.TESTS_FAILED, out
         assert "worker process(es) crashed: gw1: SIGSEGV" in out
+        # Its stacks follow the summary line: the crashing atexit handler's frame, under the worker's orderly exit.
+        stacks = out.split("gw1's stacks at the crash (faulthandler)")[1]
+        assert "in string_at" in stacks and "in exit_process" in stacks, out
     else:
         assert done.returncode == 0, out
         assert "crashed" not in out
