@@ -9,6 +9,13 @@
   Kubernetes: Airflow's configured [core] executor) a run without a shared work dir fails in its first task;
   when the work dir is remote, a task whose return value (XCom) or an output manifest it names holds a local
   path fails, naming the task, the key and the path.
+- SIGTERM while a task runs (how Airflow's supervisor ends a task marked failed or cleared, or one whose heartbeat
+  is lost, and how a machine going away stops its processes) interrupts the step at once, as Ctrl-C would: its
+  MLflow run ends FAILED, a Ray Train run it drives is aborted, and the try fails (retried if it has tries left)
+  within the supervisor's 5 s before SIGKILL. Airflow's own handler only calls the operator's on_kill, a no-op
+  for TaskFlow tasks, so the step ran on until the SIGKILL and left its MLflow run RUNNING. (Under
+  `bert-pipeline run`, whose dag.test() runs every task in its process, the run's own handler takes SIGTERM and
+  stops the whole run instead.)
 - Each try is recorded in the run's directory (operators.run_records: state, start, end, error), for the run
   report's timeline.
 - S3 credentials may come from an Airflow connection (`aws_default`, or the id in
@@ -142,12 +149,44 @@ def stop_on_sigterm(handler: Callable | int) -> None:
     _Stop.sigterm_handler = handler
 
 
-def _own_sigterm_back() -> None:
+class TaskTerminated(BaseException):
+    """SIGTERM reached a task Airflow runs. A BaseException, as KeyboardInterrupt is: the interrupted work's
+    `except Exception` does not take it for one of its own errors, and the step's MLflow run ends FAILED."""
+
+
+TERMINATED_MESSAGE = ("stopped by SIGTERM while this task ran (Airflow sends it to a task marked failed or cleared, "
+                      "or one whose heartbeat is lost; a machine that shuts down sends it to its processes): retried "
+                      "if it has tries left")
+
+
+def _terminate_task(signum, frame) -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise TaskTerminated(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def _sigterm_taken() -> Iterator[None]:
+    """SIGTERM while the task runs: the handler of `bert-pipeline run` when it runs the DAG (put back, and left:
+    Airflow's task runner puts in its own for every task, calling the operator's on_kill, a no-op here),
+    else TaskTerminated raised in the task (Airflow's handler back after it)."""
     import signal
     import threading
 
-    if _Stop.sigterm_handler is not None and threading.current_thread() is threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if _Stop.sigterm_handler is not None:
         signal.signal(signal.SIGTERM, _Stop.sigterm_handler)
+        yield
+        return
+    before = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _terminate_task)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _stopped_message(when: str) -> str:
@@ -162,13 +201,12 @@ def bert_task(python_callable: Callable | None = None, *, runs_when_stopped: boo
     def decorate(fn: Callable) -> Any:
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
-            from airflow.sdk.exceptions import AirflowFailException
+            from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-            _own_sigterm_back()
             if _Stop.signal_name and not runs_when_stopped:
                 raise AirflowFailException(_stopped_message("before this task started"))
             running = running_task()
-            with s3_credentials_from_connection(), recorded():
+            with _sigterm_taken(), s3_credentials_from_connection(), recorded():
                 _Stop.in_task = True
                 try:
                     if running is not None:
@@ -183,6 +221,8 @@ def bert_task(python_callable: Callable | None = None, *, runs_when_stopped: boo
                     raise AirflowFailException(str(exc)) from exc
                 except KeyboardInterrupt as exc:
                     raise AirflowFailException(_stopped_message("while this task ran")) from exc
+                except TaskTerminated as exc:
+                    raise AirflowException(TERMINATED_MESSAGE) from exc
                 except Exception as exc:
                     if _Stop.signal_name:  # what the interrupted work raised (a Ray run aborted, a closed pipe)
                         raise AirflowFailException(_stopped_message("while this task ran")) from exc

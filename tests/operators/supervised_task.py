@@ -4,7 +4,9 @@
 The supervisor forks the task process, reads its stdout, stderr and structured-log channels and writes the task
 log (one JSON object a line, with the level the UI colours) to LOG_PATH. Only the execution API server is not
 there: its answers come from `execution_api` below (a run context for the task's start, "not found" for look-ups
-such as connections, "done" for the rest). Run it in a process of its own: Airflow reads AIRFLOW_HOME and the DAGs
+such as connections, "done" for the rest). Once the file named by SUPERVISED_TASK_STOP_FILE exists, a heartbeat
+is answered 409, as the server answers when the task was marked failed or cleared in the UI: the supervisor then
+ends the task (SIGTERM, SIGKILL 5 s later). Run it in a process of its own: Airflow reads AIRFLOW_HOME and the DAGs
 folder when it is first imported, and the supervisor configures the logging of the process that calls it.
 """
 
@@ -23,7 +25,11 @@ NOW = "2026-01-01T00:00:00Z"
 def execution_api(dag_id: str, run_id: str):
     import httpx
 
+    stop_file = os.environ.get("SUPERVISED_TASK_STOP_FILE")
+
     def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/heartbeat") and stop_file and os.path.exists(stop_file):
+            return httpx.Response(409, json={"detail": {"reason": "invalid_state", "message": "marked failed"}})
         if request.method == "PATCH" and request.url.path.endswith("/run"):
             return httpx.Response(200, json={"dag_run": {
                 "dag_id": dag_id, "run_id": run_id, "logical_date": NOW, "data_interval_start": NOW,
