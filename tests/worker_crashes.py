@@ -10,7 +10,7 @@ A worker that xdist itself had to kill (SIGKILL after its exit timeout) is not a
 A worker is a Ray driver (the in-process `ray.init` of the Ray tests), so it ends as every Ray driver of the
 product does (`bert_pipeline.process_exit`): the atexit handlers, Ray's shutdown among them, then `os._exit`,
 never the C++ teardown that Ray's OpenCensus harvester thread races (docs/architecture.md, section 6; a CI run
-of 2026-11-28 had gw1 crash after its last report). A crash in Ray's shutdown itself or in any other atexit
+(stop 45's) had gw1 crash after its last report). A crash in Ray's shutdown itself or in any other atexit
 handler still fails the run.
 
 pytest's own faulthandler is off again by the time a worker ends (its pytest_unconfigure), so a crash at exit
