@@ -350,6 +350,10 @@ def start_attempt_s(placement_timeout: float) -> float:
     return max(MIN_START_ATTEMPT_S, placement_timeout / math.ceil(placement_timeout / RAY_START_ATTEMPT_S))
 
 
+# How long a SIGTERM waits for Ray Train's graceful abort ("a few seconds") before it is passed on regardless.
+ABORT_WAIT_S = 10.0
+
+
 @contextlib.contextmanager
 def _signals_passed_on():
     """fit() puts Ray Train's SIGINT handler in place (it aborts the run gracefully) and leaves it there after
@@ -361,25 +365,31 @@ def _signals_passed_on():
     SIGTERM (`kill`, `ray job stop`, Airflow ending a task, a spot node's shutdown) reached only the process's own
     handler, which interrupted the driver and left the Ray run going on a joined cluster. During fit() it aborts
     the Ray run as Ctrl-C does, and is then delivered to the handler from before (the default one ends the
-    process)."""
+    process). The abort waits at most ABORT_WAIT_S: a SIGTERM to the whole process group (`timeout`, a service
+    manager's stop) also ends the local Ray's own processes, and Ray Train's abort then waited for a cluster that
+    was gone until Ray's GCS client gave up 60 s later and ended the process, with no record of the stop."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     before, before_term = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    terms: list[int] = []
+    terms: list[int] = []  # SIGTERMs whose abort fit() saw through: passed on after it
+    aborts: list[int] = []  # SIGTERMs given to Ray Train's SIGINT handler (it counts each as a SIGINT)
+
+    def pass_on_now() -> None:
+        signal.signal(signal.SIGTERM, before_term)
+        signal.raise_signal(signal.SIGTERM)
 
     def on_sigterm(signum, frame):
         ray_trains = signal.getsignal(signal.SIGINT)
         if ray_trains is not before and callable(ray_trains):
-            terms.append(signum)  # passed on after fit()
             log.warning("SIGTERM: aborting the Ray Train run, then passing the signal on")
-            try:
-                ray_trains(signal.SIGINT, frame)
-            except SystemExit:  # its way of saying the run's controller is gone already (a SIGTERM to the whole
-                pass            # process group reaches the local Ray's own processes too); passed on all the same
-        else:  # fit() has no run to abort yet: passed on now
-            signal.signal(signal.SIGTERM, before_term)
-            signal.raise_signal(signal.SIGTERM)
+            aborts.append(signum)
+            if _aborted_within(ray_trains, frame, ABORT_WAIT_S):
+                terms.append(signum)  # passed on after fit()
+                return
+            log.warning("the Ray Train run did not confirm its abort within %g s (a SIGTERM to the whole process "
+                        "group reaches the local Ray's own processes too): passing the signal on now", ABORT_WAIT_S)
+        pass_on_now()  # also where fit() has no run to abort yet
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
@@ -390,10 +400,28 @@ def _signals_passed_on():
             signal.signal(signal.SIGINT, before)
         if signal.getsignal(signal.SIGTERM) is on_sigterm:
             signal.signal(signal.SIGTERM, before_term)
-        if handler is not before and _sigints_taken(handler) > len(terms):
+        if handler is not before and _sigints_taken(handler) > len(aborts):
             signal.raise_signal(signal.SIGINT)
         if terms and signal.getsignal(signal.SIGTERM) is before_term:
             signal.raise_signal(signal.SIGTERM)
+
+
+def _aborted_within(ray_trains: Callable, frame, seconds: float) -> bool:
+    """Run Ray Train's SIGINT handler (its graceful abort: a call to the run's controller) in a thread of its own;
+    whether it returned within `seconds`. Its sys.exit, its way of saying the controller is gone already (a SIGTERM
+    to the whole process group reaches the local Ray's own processes too), counts as returned."""
+    done = threading.Event()
+
+    def abort() -> None:
+        try:
+            ray_trains(signal.SIGINT, frame)
+        except SystemExit:
+            pass
+        finally:
+            done.set()
+
+    threading.Thread(target=abort, name="ray-train-abort", daemon=True).start()
+    return done.wait(seconds)
 
 
 def _sigints_taken(handler) -> int:
