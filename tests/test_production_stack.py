@@ -208,8 +208,9 @@ def test_the_dags_end_to_end_on_the_production_stack(production, tmp_path):
     assert any("world size 2 -> 1" in line for line in resizes), resizes
     # make-shards mapped over the two input files x two phases.
     shards = tis["make_shards"]
-    assert len(shards) == 4 and {t["hostname"] for t in shards} == set(WORKERS)
-    # Tasks on both workers at once. Any two of the run's: its mapped tasks (four make-shards, two held-out, four
+    assert len(shards) == 4
+    # Tasks on both workers at once, not necessarily make-shards' own: a fresh clone's run of 2026-11-29 had all four
+    # of them on one worker. Any two of the run's: its mapped tasks (four make-shards, two held-out, four
     # validations) take 2-9 s each on two workers of concurrency 1, and on a loaded 2-core CI machine a task's
     # process can take longer to start than its neighbour takes to run: CI once saw the six shard tasks alone
     # alternate between the workers without overlapping.
