@@ -18,6 +18,8 @@
   stops the whole run instead.)
 - Each try is recorded in the run's directory (operators.run_records: state, start, end, error), for the run
   report's timeline.
+- Each MLflow run a try starts is tagged with the try, and a retry first ends `KILLED` the runs an earlier try
+  was killed before ending (operators.left_running).
 - S3 credentials may come from an Airflow connection (`aws_default`, or the id in
   BERT_PIPELINE_AWS_CONN_ID; login = access key id, password = secret key, extras `endpoint_url` and
   `region_name`) when the environment has none. They are handed to boto3 through this task process's
@@ -101,14 +103,21 @@ def executor_setting() -> str:
     return conf.get("core", "executor", fallback="LocalExecutor") or "LocalExecutor"
 
 
-def running_task() -> tuple[str, str | None] | None:
-    """("dag.task[map index]", the run's work_dir Param) of the task instance running in this process; None when
-    the function is called outside a task run (a test calling it directly)."""
+def _current_context() -> Any | None:
+    """The Airflow context of the task running in this process; None outside a task run (a test calling it)."""
     from airflow.sdk import get_current_context
 
     try:
-        context = get_current_context()
+        return get_current_context()
     except RuntimeError:
+        return None
+
+
+def running_task() -> tuple[str, str | None] | None:
+    """("dag.task[map index]", the run's work_dir Param) of the task instance running in this process; None when
+    the function is called outside a task run (a test calling it directly)."""
+    context = _current_context()
+    if context is None:
         return None
     ti = context.get("ti")
     label = f"{getattr(ti, 'dag_id', '?')}.{getattr(ti, 'task_id', '?')}"
@@ -189,6 +198,25 @@ def _sigterm_taken() -> Iterator[None]:
         signal.signal(signal.SIGTERM, before)
 
 
+@contextlib.contextmanager
+def _runs_of_this_try() -> Iterator[None]:
+    """The MLflow runs this try starts carry it (operators.left_running); a retry first ends those its earlier
+    tries were killed before ending."""
+    context = _current_context()
+    ti = context.get("ti") if context is not None else None
+    if getattr(ti, "try_number", None) is None:  # no task instance (a test's context), or one not yet tried
+        yield
+        return
+    from operators import left_running
+
+    if ti.try_number > 1:
+        from bert_core.io.tracking import default_tracking_uri
+
+        left_running.end_left_running(default_tracking_uri(), ti, whole_run=False)
+    with left_running.tagged_with_task(ti):
+        yield
+
+
 def _stopped_message(when: str) -> str:
     return f"the run was stopped ({_Stop.signal_name}) {when}: not retried"
 
@@ -206,7 +234,7 @@ def bert_task(python_callable: Callable | None = None, *, runs_when_stopped: boo
             if _Stop.signal_name and not runs_when_stopped:
                 raise AirflowFailException(_stopped_message("before this task started"))
             running = running_task()
-            with _sigterm_taken(), s3_credentials_from_connection(), recorded():
+            with _sigterm_taken(), s3_credentials_from_connection(), recorded(), _runs_of_this_try():
                 _Stop.in_task = True
                 try:
                     if running is not None:

@@ -45,8 +45,11 @@ RESULT_MARKER = "BERT_PIPELINE_STEP_RESULT "
 IN_JOB_ENV = "BERT_PIPELINE_IN_RAY_JOB"
 # Environment the job's driver needs from the submitter (never credentials: the dashboard shows runtime envs):
 # what every Ray worker gets from its driver, plus the home of the driver's embedded defaults and the task's
-# Airflow context.
-FORWARDED_ENV = (*ray_cluster.FORWARDED_ENV, "BERT_PIPELINE_HOME", "AIRFLOW_CTX_DAG_ID", "AIRFLOW_CTX_TASK_ID")
+# Airflow context; but not the task try's MLflow tags (MLFLOW_RUN_CONTEXT): a job outlives its task's try, and a
+# retry attaches to it again, so its runs must not be taken for ones a killed try left running
+# (operators.left_running).
+FORWARDED_ENV = (*(k for k in ray_cluster.FORWARDED_ENV if k != "MLFLOW_RUN_CONTEXT"), "BERT_PIPELINE_HOME",
+                 "AIRFLOW_CTX_DAG_ID", "AIRFLOW_CTX_TASK_ID")
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 

@@ -26,10 +26,11 @@ API_SERVER_ENV = "RAY_API_SERVER_ADDRESS"  # Ray's state API and job client read
 # Environment the workers need from the driver. Ray starts workers from the raylet, not from the driver,
 # so nothing of the driver's is inherited (on a cluster, or on a Ray head started by other means, such as
 # `stack up`). Credentials are deliberately not forwarded: runtime envs and trial configs are visible in
-# the Ray dashboard; nodes get them from their own environment or instance role.
+# the Ray dashboard; nodes get them from their own environment or instance role. MLFLOW_RUN_CONTEXT: MLflow's
+# tags for every run a process starts (the runs a worker starts, e.g. a search's trials, carry the driver's).
 FORWARDED_ENV = ("MLFLOW_TRACKING_URI", "BERT_PIPELINE_CACHE", "BERT_MODEL_STORE", "AWS_ENDPOINT_URL",
                  "AWS_DEFAULT_REGION", "AWS_REGION", "AIRFLOW_CTX_DAG_RUN_ID", "GIT_SHA", "HF_HUB_OFFLINE",
-                 "NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE")
+                 "NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE", "MLFLOW_RUN_CONTEXT")
 
 
 def forwarded_env() -> dict[str, str]:

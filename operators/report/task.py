@@ -7,7 +7,8 @@ outcome (a failed run's report shows how far it got; so does a run stopped by Ct
 task starts), and, as teardowns are, it is left out of the DAG run's
 state: the run's outcome is its work's, and a report that could not be built is a failed `report` task in a run
 that otherwise stands. No retries: what failed (a record it cannot read, an MLflow server that is down) is in its
-log, and `bert-pipeline report WORK_DIR` builds it again.
+log, and `bert-pipeline report WORK_DIR` builds it again. First, it ends `KILLED` the DAG run's MLflow runs still
+`RUNNING`: their tasks are done, so a killed process left them so (operators.left_running).
 """
 
 from __future__ import annotations
@@ -27,10 +28,15 @@ def report() -> dict[str, Any]:
     # a report too, showing that).
     from airflow.sdk import get_current_context
 
+    from bert_core.io.tracking import default_tracking_uri
+    from operators.left_running import end_left_running
     from operators.report.build import from_run_dir
     from operators.run_records import context_run_dir
 
-    built = from_run_dir(context_run_dir(get_current_context()))
+    context = get_current_context()
+    # Every other task is done: a run of this DAG run still RUNNING was left so by a killed process.
+    end_left_running(default_tracking_uri(), context["ti"], whole_run=True)
+    built = from_run_dir(context_run_dir(context))
     logged = built.mlflow
     log.info("Report: %s", built.path)
     if logged is not None:

@@ -89,6 +89,8 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": ("runtime",),
     "RAY_API_SERVER_ADDRESS": ("runtime",),
     "MLFLOW_CONFIGURE_LOGGING": ("runtime",),
+    # MLflow's tags for every run a task try starts (operators.left_running), forwarded to its Ray workers.
+    "MLFLOW_RUN_CONTEXT": ("runtime",),
 }
 # Read by Ray itself, not by our code: the token the cluster checks, which Airflow's job submissions must carry.
 RAY_AUTH = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")

@@ -6,8 +6,9 @@ log (one JSON object a line, with the level the UI colours) to LOG_PATH. Only th
 there: its answers come from `execution_api` below (a run context for the task's start, "not found" for look-ups
 such as connections, "done" for the rest). Once the file named by SUPERVISED_TASK_STOP_FILE exists, a heartbeat
 is answered 409, as the server answers when the task was marked failed or cleared in the UI: the supervisor then
-ends the task (SIGTERM, SIGKILL 5 s later). Run it in a process of its own: Airflow reads AIRFLOW_HOME and the DAGs
-folder when it is first imported, and the supervisor configures the logging of the process that calls it.
+ends the task (SIGTERM, SIGKILL 5 s later). SUPERVISED_TASK_TRY_NUMBER: the try to run (default 1). Run it in a
+process of its own: Airflow reads AIRFLOW_HOME and the DAGs folder when it is first imported, and the supervisor
+configures the logging of the process that calls it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def main(dags_dir: str, dag_file: str, dag_id: str, task_id: str, log_path: str)
 
     run_id = "manual__supervised"
     client = Client(base_url=None, dry_run=True, token="", transport=httpx.MockTransport(execution_api(dag_id, run_id)))
-    ti = TaskInstance(id=uuid.uuid4(), task_id=task_id, dag_id=dag_id, run_id=run_id, try_number=1,
+    try_number = int(os.environ.get("SUPERVISED_TASK_TRY_NUMBER", "1"))
+    ti = TaskInstance(id=uuid.uuid4(), task_id=task_id, dag_id=dag_id, run_id=run_id, try_number=try_number,
                       dag_version_id=uuid.uuid4())
     return supervise_task(ti=ti, bundle_info=BundleInfo(name="dags-folder"), dag_rel_path=dag_file, token="",
                           client=client, log_path=log_path)
