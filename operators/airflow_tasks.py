@@ -210,9 +210,7 @@ def _runs_of_this_try() -> Iterator[None]:
     from operators import left_running
 
     if ti.try_number > 1:
-        from bert_core.io.tracking import default_tracking_uri
-
-        left_running.end_left_running(default_tracking_uri(), ti, whole_run=False)
+        left_running.end_and_record(context, whole_run=False)
     with left_running.tagged_with_task(ti):
         yield
 

@@ -9,6 +9,8 @@ forwarded). Those processes end with the try's: Ray ends a driver's actors when 
 `end_left_running` ends them `KILLED`, with the tag `airflow.left_running` saying why:
 - when a task starts its second or later try: the earlier tries' runs of that task that are still RUNNING;
 - when the DAG run's report task runs (every other task is done): any run of the DAG run still RUNNING.
+The try that left it gets a task record (operators.run_records, state `killed`) if it has none, as a killed try
+writes none of its own: the run report's timeline and failure note show it.
 
 Not tagged, so never ended here: the runs of a step that runs as a Ray job (operators.ray_jobs). The job outlives
 the task that submitted it, and a retry attaches to it again while it runs.
@@ -17,10 +19,12 @@ the task that submitted it, and a retry attaches to it again while it runs.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import logging
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -64,10 +68,22 @@ def _filter(tags: dict[str, str]) -> tuple[str, dict[str, str]]:
     return " and ".join(clauses), {k: v for k, v in tags.items() if k not in said}
 
 
-def end_left_running(tracking_uri: str, ti: Any, whole_run: bool) -> list[str]:
+@dataclass(frozen=True)
+class Ended:
+    """A run ended here, and the try that left it."""
+
+    run_id: str
+    task_id: str
+    map_index: int
+    try_number: int
+    started_at: str  # the run's start (ISO 8601, UTC): about when its try started
+    why: str
+
+
+def end_left_running(tracking_uri: str, ti: Any, whole_run: bool) -> list[Ended]:
     """End KILLED the MLflow runs left RUNNING by earlier tries of task instance `ti` (whole_run: by any task of
-    its DAG run, for the report, which runs when every other task is done); their ids. Never raises: a store that
-    cannot be searched is a warning, never the task's failure."""
+    its DAG run, for the report, which runs when every other task is done). Never raises: a store that cannot be
+    searched is a warning, never the task's failure."""
     from mlflow import MlflowClient
     from mlflow.entities import ViewType
 
@@ -96,7 +112,24 @@ def end_left_running(tracking_uri: str, ti: Any, whole_run: bool) -> list[str]:
             client.set_terminated(run.info.run_id, STATUS)
             log.warning("MLflow run %s (%s, experiment %s) was left RUNNING by %s: ended %s", run.info.run_id,
                         run.info.run_name, run.info.experiment_id, who, STATUS)
-            ended.append(run.info.run_id)
+            started = dt.datetime.fromtimestamp(run.info.start_time / 1000, dt.UTC)
+            ended.append(Ended(run.info.run_id, str(tags.get(TAGS[2])), int(tags.get(TAGS[3], "-1") or -1),
+                               try_number, started.isoformat(timespec="milliseconds"), why))
     except Exception as exc:  # noqa: BLE001 - see the docstring
         log.warning("could not look for MLflow runs left RUNNING by earlier tries at %s: %s", tracking_uri, exc)
+    return ended
+
+
+def end_and_record(context: Any, whole_run: bool) -> list[Ended]:
+    """end_left_running for the running task (its context), in the store its runs use; each try that left a run
+    gets a task record (state `killed`) in the run's directory unless it wrote one, so the run report's timeline
+    and failure note show it (a killed try writes none of its own)."""
+    from bert_core.io.tracking import default_tracking_uri
+    from operators.run_records import write_killed_record
+
+    ended = end_left_running(default_tracking_uri(), context["ti"], whole_run)
+    for e in ended:
+        write_killed_record(context, e.task_id, e.map_index, e.try_number, e.started_at,
+                            f"killed: no word from its process after it started (SIGKILL, out of memory, its machine "
+                            f"or worker lost); its MLflow run {e.run_id} was left RUNNING, now {STATUS}")
     return ended

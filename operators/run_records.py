@@ -1,5 +1,7 @@
 """What each DAG task did and when, recorded by the task itself: one small JSON per task try in its run's work
-directory, `<run dir>/tasks/<task_id>[-<map_index>].try<N>.json`, written (atomically) when the try ends.
+directory, `<run dir>/tasks/<task_id>[-<map_index>].try<N>.json`, written (atomically) when the try ends. A try
+killed before it could write one (SIGKILL, out of memory) is recorded `killed` by the task's next try or the run's
+report, where it left an MLflow run RUNNING (operators.left_running); when it ended is not known then.
 
 The run report (operators/report) draws its timeline from these records, so it needs neither Airflow's
 metadata database nor the scheduler that ran the tasks: a run's directory (local or s3://) says what ran, how
@@ -84,25 +86,47 @@ def write_record(context: Any, started_at: str, duration_s: float, state: str, e
     """Write one task try's record; returns its location, or None for a DAG outside this project. Never raises:
     a record that cannot be written (e.g. the run directory is unreachable) is a warning, never the task's
     failure, and never hides the task's own error."""
+    ti = context["ti"]
+    map_index = ti.map_index if ti.map_index is not None else -1
+    record = {"dag_id": ti.dag_id, "run_id": getattr(ti, "run_id", None), "task_id": ti.task_id,
+              "map_index": map_index, "try_number": getattr(ti, "try_number", None), "state": state, "started_at": started_at, "finished_at": _now(),
+              "duration_s": round(duration_s, 3), "hostname": socket.gethostname(), "error": error,
+              "tracking_uri": tracking_uri_to_record()}
+    return _write(context, record, replace=True)
+
+
+KILLED = "killed"  # the state of a try whose process was killed before it could record itself
+
+
+def write_killed_record(context: Any, task_id: str, map_index: int, try_number: int, started_at: str,
+                        error: str) -> str | None:
+    """Record a try of the running task's DAG run that was killed before it recorded itself (it left an MLflow
+    run RUNNING: operators.left_running), unless it has a record. When it ended is not known: `duration_s` is None
+    and `finished_at` its start."""
+    ti = context["ti"]
+    record = {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": task_id, "map_index": map_index,
+              "try_number": try_number, "state": KILLED, "started_at": started_at, "finished_at": started_at,
+              "duration_s": None, "hostname": None, "error": error, "tracking_uri": tracking_uri_to_record()}
+    return _write(context, record, replace=False)
+
+
+def _write(context: Any, record: dict[str, Any], replace: bool) -> str | None:
     from bert_core.io import storage
 
-    ti = context["ti"]
     try:
         directory = context_run_dir(context)
     except KeyError:
         return None
     except Exception as exc:  # noqa: BLE001 - the run dir's own problem is the task's to report, not ours
-        log.warning("task record of %s not written: its run directory is unusable (%s)", ti.task_id, exc)
+        log.warning("task record of %s not written: its run directory is unusable (%s)", record["task_id"], exc)
         return None
-    map_index = ti.map_index if ti.map_index is not None else -1
-    record = {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": map_index,
-              "try_number": ti.try_number, "state": state, "started_at": started_at, "finished_at": _now(),
-              "duration_s": round(duration_s, 3), "hostname": socket.gethostname(), "error": error,
-              "tracking_uri": tracking_uri_to_record()}
-    where = storage.join(directory, TASKS_DIR, record_name(ti.task_id, map_index, ti.try_number))
+    where = storage.join(directory, TASKS_DIR, record_name(record["task_id"], record["map_index"],
+                                                           record["try_number"]))
     try:
+        if not replace and storage.exists(where):
+            return None
         storage.write_text(where, json.dumps(record, indent=2) + "\n")
-    except Exception as exc:  # noqa: BLE001 - see the docstring
+    except Exception as exc:  # noqa: BLE001 - see write_record's docstring
         log.warning("task record %s not written: %s", where, exc)
         return None
     return where

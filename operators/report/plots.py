@@ -7,7 +7,7 @@ import io
 from typing import Any
 
 GOOD, BAD, NEUTRAL, CHANCE = "#2a7f3f", "#c0392b", "#2c5d8f", "#8a8a8a"
-STATE_COLORS = {"success": GOOD, "failed": BAD}
+STATE_COLORS = {"success": GOOD, "failed": BAD, "killed": BAD}
 
 
 def _png(fig) -> bytes:
@@ -121,7 +121,8 @@ def timeline(tasks: list[dict[str, Any]]) -> bytes:
         begin = (_time(task["started_at"]) - start).total_seconds()
         width = max(task.get("duration_s") or 0.0, 0.05)
         ax.barh(row, width, left=begin, height=0.6, color=STATE_COLORS.get(task["state"], NEUTRAL))
-        ax.text(begin + width, row, f" {width:.1f} s", va="center", fontsize=7)
+        took = f" {width:.1f} s" if task.get("duration_s") is not None else f" {task['state']}, its end unknown"
+        ax.text(begin + width, row, took, va="center", fontsize=7)
         labels.append(task_label(task))
     ax.set_yticks(range(len(tasks)), labels, fontsize=7)
     ax.invert_yaxis()

@@ -632,6 +632,11 @@ def _nightly(records: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------- timeline
 
 
+def _took(task: dict[str, Any]) -> str:
+    # A killed try's end is not known (operators.run_records.write_killed_record).
+    return f"{task['duration_s']:.1f} s" if task.get("duration_s") is not None else "unknown"
+
+
 def _timeline(records: dict[str, Any]) -> str:
     tasks = records["tasks"]
     if not tasks:
@@ -640,7 +645,7 @@ def _timeline(records: dict[str, Any]) -> str:
     start = min(dt.datetime.fromisoformat(t["started_at"]) for t in tasks)
     rows = [[_td(plots.task_label(t)), _td(t["state"], css="ok" if t["state"] == "success" else "fail"),
              _td(f"+{(dt.datetime.fromisoformat(t['started_at']) - start).total_seconds():.1f} s"),
-             _td(f"{t.get('duration_s', 0):.1f} s"), _td(t.get("error") or "")] for t in tasks]
+             _td(_took(t)), _td(t.get("error") or "")] for t in tasks]
     busy = sum(t.get("duration_s") or 0 for t in tasks)
     return (_img(plots.timeline(tasks), "task timeline")
             + f"<p>Wall time {_e(_duration(_wall_seconds(tasks)))} from the first task's start to the last one's "

@@ -28,14 +28,13 @@ def report() -> dict[str, Any]:
     # a report too, showing that).
     from airflow.sdk import get_current_context
 
-    from bert_core.io.tracking import default_tracking_uri
-    from operators.left_running import end_left_running
+    from operators.left_running import end_and_record
     from operators.report.build import from_run_dir
     from operators.run_records import context_run_dir
 
     context = get_current_context()
     # Every other task is done: a run of this DAG run still RUNNING was left so by a killed process.
-    end_left_running(default_tracking_uri(), context["ti"], whole_run=True)
+    end_and_record(context, whole_run=True)
     built = from_run_dir(context_run_dir(context))
     logged = built.mlflow
     log.info("Report: %s", built.path)

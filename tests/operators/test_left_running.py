@@ -2,6 +2,7 @@
 and the runs ended KILLED by the task's next try and by the DAG run's report, under Airflow's own task supervisor
 (tests/operators/supervised_task.py), the task process killed by SIGKILL as the OOM killer or a lost machine would."""
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -90,6 +91,13 @@ def test_a_killed_trys_run_is_ended_killed_by_the_next_try_and_the_dag_runs_by_i
     retried = client.get_run((marks / "run-of-try2").read_text())
     assert (retried.info.status, retried.data.tags["airflow.try_number"]) == ("FINISHED", "2")
     assert client.get_run(other_task).info.status == "RUNNING"  # its task may still be running
+    # The killed try wrote no task record; its retry wrote one for it, for the report's timeline.
+    tasks = tmp_path / "home" / "demo" / "manual__supervised" / "tasks"
+    record = json.loads((tasks / "train.try1.json").read_text())
+    assert (record["state"], record["duration_s"]) == ("killed", None)
+    assert record["started_at"][:19] == dt.datetime.fromtimestamp(run.info.start_time / 1000, dt.UTC).isoformat()[:19]
+    assert killed in record["error"]
+    assert json.loads((tasks / "train.try2.json").read_text())["state"] == "success"
 
     report = _supervised(tmp_path, "report", 1, env)
     assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
@@ -98,6 +106,15 @@ def test_a_killed_trys_run_is_ended_killed_by_the_next_try_and_the_dag_runs_by_i
     assert ended.data.tags[left_running.REASON_TAG].endswith("ended KILLED by the DAG run's report")
     assert client.get_run(other_run).info.status == "RUNNING"
     assert client.get_run(retried.info.run_id).info.status == "FINISHED"
+    # The report shows both killed tries: segment's, whose try was the last, as why the run failed.
+    from operators.report.collect import collect
+
+    states = {(t["task_id"], t["try_number"]): t["state"] for t in collect(str(tasks.parent), uri)["tasks"]}
+    assert {k: v for k, v in states.items() if k[0] != "report"} == {
+        ("train", 1): "killed", ("train", 2): "success", ("segment", 1): "killed"}
+    html = (tasks.parent / "report.html").read_text()
+    assert "This run failed: segment: killed: no word from its process" in html
+    assert "unknown" in html  # how long a killed try took
 
 
 def test_the_tags_keep_what_the_environment_gave_and_go_with_the_task(monkeypatch):
