@@ -89,9 +89,9 @@ def write_record(context: Any, started_at: str, duration_s: float, state: str, e
     ti = context["ti"]
     map_index = ti.map_index if ti.map_index is not None else -1
     record = {"dag_id": ti.dag_id, "run_id": getattr(ti, "run_id", None), "task_id": ti.task_id,
-              "map_index": map_index, "try_number": getattr(ti, "try_number", None), "state": state, "started_at": started_at, "finished_at": _now(),
-              "duration_s": round(duration_s, 3), "hostname": socket.gethostname(), "error": error,
-              "tracking_uri": tracking_uri_to_record()}
+              "map_index": map_index, "try_number": getattr(ti, "try_number", None), "state": state,
+              "started_at": started_at, "finished_at": _now(), "duration_s": round(duration_s, 3),
+              "hostname": socket.gethostname(), "error": error, "tracking_uri": tracking_uri_to_record()}
     return _write(context, record, replace=True)
 
 

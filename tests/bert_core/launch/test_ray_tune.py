@@ -49,6 +49,9 @@ def test_search_runs_trials_as_child_runs(tmp_path, monkeypatch):
     ray.init(address="local", num_cpus=2, include_dashboard=False)  # never a Ray head that another test started
     try:
         monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        # MLflow's tags for every run the driver starts (an Airflow task try's: operators.left_running): the
+        # trials, started by Ray's workers, carry them too.
+        monkeypatch.setenv("MLFLOW_RUN_CONTEXT", '{"airflow.task_id": "finetune", "airflow.try_number": "2"}')
         parent = build_tracker(True, experiment="bert-finetune/sst-2", run_name="search")
         found = ray_tune.sweep(base, {"lr": [1e-4, 2e-3]}, str(tmp_path / "search"), "accuracy",
                                parent_run_id=parent.run_id)
@@ -72,6 +75,7 @@ def test_search_runs_trials_as_child_runs(tmp_path, monkeypatch):
         run = client.get_run(trial.mlflow_run_id)
         assert run.data.tags["mlflow.parentRunId"] == parent.run_id
         assert run.data.tags["sweep.lr"] == str(trial.values["lr"])
+        assert (run.data.tags["airflow.task_id"], run.data.tags["airflow.try_number"]) == ("finetune", "2")
         assert run.data.params["lr"] == str(trial.values["lr"])
         assert run.data.metrics["best/accuracy"] == pytest.approx(trial.metrics["accuracy"])
     models = mlflow.search_logged_models(experiment_ids=[client.get_run(parent.run_id).info.experiment_id],
